@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# One self-contained call on the GPU machine: install, test, sanitize, sweep, benchmark.
+# Usage (on the device, from the repo root): bash benchmarks/device_run.sh [steps...]
+# Steps: tests sanitizer sweep bench prefill (default: all). Logs and JSON go to $OUT.
+set -u
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  export PYTHONPATH=/tmp/site:$PWD/src
+else
+  export PYTHONPATH=$PWD/src
+fi
+steps=${*:-tests sanitizer sweep bench prefill}
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+for s in $steps; do
+  echo "=== $s $(date -u +%T)"
+  case $s in
+    tests) timeout 300 python3 -m pytest -q -x tests -p no:cacheprovider 2>&1 | tee "$OUT/tests.log" | tail -5 ;;
+    sanitizer) timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m triton_sparse_mla.cli check 2>&1 | tee "$OUT/sanitizer.log" | tail -15 ;;
+    sweep) timeout 400 python3 benchmarks/sweep.py "$OUT/sweep.json" > "$OUT/sweep.log" 2>&1; grep BEST "$OUT/sweep.log" ;;
+    bench) timeout 400 python3 -m triton_sparse_mla.cli bench --phase decode --json "$OUT/bench-decode.json" 2> "$OUT/bench-decode.err" | tee "$OUT/bench-decode.log" ;;
+    prefill) timeout 400 python3 -m triton_sparse_mla.cli bench --phase prefill --preset all --json "$OUT/bench-prefill.json" 2> "$OUT/bench-prefill.err" | tee "$OUT/bench-prefill.log" ;;
+  esac
+done

@@ -1,0 +1,67 @@
+"""Tuning sweep (GPU): time candidate tile configurations and split rules on key workloads.
+
+Prints per workload every candidate's median time (CUDA-graph replay) and the compiled
+kernel's registers, spills and shared memory; writes JSON. The winners go into configs.py
+with a note of the run. Usage: python benchmarks/sweep.py OUT.json
+"""
+
+import json
+import sys
+
+import torch
+import triton
+
+from triton_sparse_mla import api, configs
+from triton_sparse_mla.bench import Caches, Workload, make_inputs, time_us
+
+T = configs.TileConfig
+CANDIDATES = [
+    T(16, 32, 4, 2), T(16, 64, 4, 2), T(32, 32, 4, 2), T(32, 32, 8, 2), T(32, 64, 8, 2),
+    T(64, 16, 8, 3), T(64, 32, 8, 2), T(64, 32, 8, 3), T(64, 64, 8, 2), T(64, 32, 4, 2),
+]
+WORKLOADS = [
+    Workload("decode", 1, 128, "bf16"), Workload("decode", 1, 8, "fp8_ds_mla"),
+    Workload("decode", 128, 8, "bf16"), Workload("decode", 128, 16, "fp8_ds_mla"),
+    Workload("decode", 128, 64, "bf16"), Workload("decode", 128, 64, "fp8_ds_mla"),
+    Workload("decode", 128, 128, "bf16"),
+    Workload("prefill", 4096, 16, "bf16", n_rows=32768), Workload("prefill", 4096, 64, "bf16", n_rows=32768),
+    Workload("prefill", 4096, 64, "fp8_ds_mla", n_rows=32768),
+]
+
+
+def main(path):
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    caches = Caches()
+    records = []
+    for w in WORKLOADS:
+        q, kv, idx, lengths = make_inputs(w, caches)
+        out = torch.empty(w.t, w.h, 512, device="cuda", dtype=torch.bfloat16)
+        fp8 = w.fmt == "fp8_ds_mla"
+        rows = []
+        for tile in CANDIDATES:
+            if tile.block_h > max(16, triton.next_power_of_2(w.h)):
+                continue
+            for per_sm in ((1, 2, 4) if w.phase == "decode" else (2,)):
+                configs.PROGRAMS_PER_SM = per_sm
+                splits = configs.choose_splits(w.t, triton.cdiv(w.h, tile.block_h), w.k, tile.block_n, sms)
+                plan = configs.LaunchPlan(tile, splits, hw_cvt=True)
+                fn = lambda: api._run(q[..., :512], q[..., 512:], kv, idx, lengths, None, 576 ** -0.5,  # noqa: E731
+                                      out, None, family=None, sm_count=None, hw_cvt=True, fp8=fp8, plan=plan)
+                try:
+                    k = fn()
+                    us = time_us(fn)
+                    meta = dict(regs=k.n_regs, spills=k.n_spills, smem=k.metadata.shared)
+                except Exception as exc:  # noqa: BLE001 - a candidate that fails is recorded
+                    us, meta = float("nan"), dict(error=str(exc)[:200])
+                rows.append(dict(workload=w.name, tile=list(tile.__dict__.values()), per_sm=per_sm,
+                                 splits=splits, us=us, **meta))
+                print(f"{w.name:36} {tile} per_sm={per_sm} splits={splits:3d} {us:9.1f} us {meta}", flush=True)
+        best = min((r for r in rows if r["us"] == r["us"]), key=lambda r: r["us"], default=None)
+        print(f"BEST {w.name:36} {best}", flush=True)
+        records += rows
+    with open(path, "w") as f:
+        json.dump(records, f, indent=1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,199 @@
+"""Public entry point: :func:`sparse_mla_attention`."""
+
+from __future__ import annotations
+
+import math
+import os
+from numbers import Real
+
+import torch
+
+from . import configs
+from .formats import D_NOPE, D_ROPE, D_V, row_format
+from .kernels.attention import launch_sparse_mla_fwd
+
+_Q_DTYPES = (torch.bfloat16, torch.float16)
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def _check_tensor(name, x, *, dtype=None, dtypes=None, rank=None, device=None):
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
+    if dtype is not None and x.dtype != dtype:
+        raise TypeError(f"{name}: expected dtype {dtype}, got {x.dtype}")
+    if dtypes is not None and x.dtype not in dtypes:
+        raise TypeError(f"{name}: expected dtype in {list(dtypes)}, got {x.dtype}")
+    if rank is not None and x.dim() != rank:
+        raise ValueError(f"{name}: expected {rank} dimensions, got shape {list(x.shape)}")
+    if device is not None and x.device != device:
+        raise ValueError(f"{name}: expected device {device}, got {x.device}")
+    if x.numel() > 0 and x.stride(-1) != 1:
+        raise ValueError(f"{name}: expected unit stride in the last dimension, got strides {x.stride()}")
+
+
+def _split_query(q):
+    """Return ``(q_nope [T, H, 512], q_pe [T, H, D_PE] or None)`` as views of ``q``."""
+    if isinstance(q, (tuple, list)):
+        if len(q) != 2:
+            raise ValueError(f"q: expected a tensor or a tuple (q_nope, q_pe), got {len(q)} items")
+        q_nope, q_pe = q
+        _check_tensor("q[0] (q_nope)", q_nope, dtypes=_Q_DTYPES, rank=3)
+        if q_nope.shape[2] != D_NOPE:
+            raise ValueError(f"q[0] (q_nope): expected last dimension {D_NOPE}, got {q_nope.shape[2]}")
+        if q_pe is not None and not (isinstance(q_pe, torch.Tensor) and q_pe.dim() == 3 and q_pe.shape[2] == 0):
+            _check_tensor("q[1] (q_pe)", q_pe, dtype=q_nope.dtype, rank=3, device=q_nope.device)
+            if q_pe.shape[2] != D_ROPE:
+                raise ValueError(f"q[1] (q_pe): expected last dimension {D_ROPE}, got {q_pe.shape[2]}")
+            if q_pe.shape[:2] != q_nope.shape[:2]:
+                raise ValueError(
+                    f"q[1] (q_pe): expected shape [T, H] = {list(q_nope.shape[:2])} like q_nope, "
+                    f"got {list(q_pe.shape[:2])}"
+                )
+            return q_nope, q_pe
+        return q_nope, None
+    _check_tensor("q", q, dtypes=_Q_DTYPES, rank=3)
+    if q.shape[2] not in (D_NOPE + D_ROPE, D_NOPE):
+        raise ValueError(f"q: expected last dimension {D_NOPE + D_ROPE} or {D_NOPE}, got {q.shape[2]}")
+    if q.shape[2] == D_NOPE:
+        return q, None
+    return q[..., :D_NOPE], q[..., D_NOPE:]
+
+
+def sparse_mla_attention(q, kv, indices, sm_scale, *, topk_length=None, attn_sink=None,
+                         out=None, return_lse=False):
+    """Sparse Multi-head Latent Attention over gathered cache rows.
+
+    For every query token ``t`` and head ``h``, attend to the cache rows named by
+    ``indices[t]`` (``K`` of them at most) with scores ``sm_scale * q[t, h] . kv[i]`` and
+    values ``kv[i, :512]``. :mod:`triton_sparse_mla.reference` is the exact specification.
+
+    Args:
+        q: ``[T, H, D_QK]`` or a tuple ``(q_nope [T, H, 512], q_pe [T, H, D_QK - 512])``;
+            bf16 or fp16; any strides with unit stride in the last dimension. ``D_QK`` is 576
+            (512 latent + 64 rope) or 512 (NoPE models).
+        kv: the cache as flat rows ``[N, C]`` (or ``[N, 1, C]``), any row stride, unit last
+            stride. Either q's dtype with ``C = D_QK``, or uint8 with ``C = 656`` (fp8_ds_mla,
+            requires ``D_QK = 576``). Never copied.
+        indices: int32 ``[T, K]`` (or ``[T, 1, K]``) row ids into ``kv``. An entry ``< 0`` or
+            ``>= N`` is invalid wherever it sits: it contributes nothing and is never read.
+        sm_scale: softmax scale (a finite float).
+        topk_length: optional int32 ``[T]``: only ``indices[t, :topk_length[t]]`` count.
+        attn_sink: optional fp32 ``[H]``: the output is scaled by
+            ``exp(lse) / (exp(lse) + exp(attn_sink))``; lse itself is unaffected.
+        out: optional ``[T, H, 512]`` tensor of q's dtype (unit last stride) to write into.
+        return_lse: also return ``lse [T, H]`` fp32, natural log.
+
+    Returns:
+        ``out [T, H, 512]`` in q's dtype, or ``(out, lse)`` with ``return_lse=True``. A row
+        with no valid entry gives ``out = 0`` and ``lse = -inf``.
+
+    Raises:
+        TypeError / ValueError naming the argument, the expected and the actual value, for a
+        wrong type, dtype, rank, width, head or token count, device, or non-unit last stride.
+
+    Launch choices depend only on shapes, format and device, so a CUDA graph captured around
+    a call (after one warm-up call that compiles the kernels) replays with new index values.
+    """
+    q_nope, q_pe = _split_query(q)
+    device = q_nope.device
+    dtype = q_nope.dtype
+    t_count, h_count = q_nope.shape[0], q_nope.shape[1]
+    d_qk = D_NOPE + (0 if q_pe is None else D_ROPE)
+    if q_pe is not None and q_pe.device != device:
+        raise ValueError(f"q_pe: expected device {device}, got {q_pe.device}")
+    if h_count < 1:
+        raise ValueError(f"q: expected at least one head, got H = {h_count}")
+
+    if not isinstance(kv, torch.Tensor):
+        raise TypeError(f"kv: expected a torch.Tensor, got {type(kv).__name__}")
+    if kv.dim() == 3:
+        if kv.shape[1] != 1:
+            raise ValueError(f"kv: a 3-D cache must be [N, 1, C], got shape {list(kv.shape)}")
+        kv = kv[:, 0]
+    _check_tensor("kv", kv, rank=2, device=device)
+    fmt = row_format(kv)
+    fp8 = fmt == "fp8_ds_mla"
+    if fp8:
+        if d_qk != D_NOPE + D_ROPE:
+            raise ValueError(f"kv: fp8_ds_mla rows hold 576 values, but q has D_QK = {d_qk}")
+        if kv.stride(0) % 4 != 0 or kv.data_ptr() % 4 != 0:
+            raise ValueError(
+                f"kv: fp8_ds_mla rows must start at 4-byte aligned addresses (fp32 scales), got "
+                f"row stride {kv.stride(0)} bytes"
+            )
+    else:
+        if kv.dtype != dtype:
+            raise TypeError(f"kv: expected dtype {dtype} (q's dtype) or torch.uint8, got {kv.dtype}")
+        if kv.shape[1] != d_qk:
+            raise ValueError(f"kv: expected rows of D_QK = {d_qk} values (q's width), got {kv.shape[1]}")
+
+    if not isinstance(indices, torch.Tensor):
+        raise TypeError(f"indices: expected a torch.Tensor, got {type(indices).__name__}")
+    if indices.dim() == 3:
+        if indices.shape[1] != 1:
+            raise ValueError(f"indices: a 3-D tensor must be [T, 1, K], got shape {list(indices.shape)}")
+        indices = indices[:, 0]
+    _check_tensor("indices", indices, dtype=torch.int32, rank=2, device=device)
+    if indices.shape[0] != t_count:
+        raise ValueError(f"indices: expected T = {t_count} rows (q's tokens), got {indices.shape[0]}")
+
+    if isinstance(sm_scale, torch.Tensor) or not isinstance(sm_scale, Real) or not math.isfinite(sm_scale):
+        raise TypeError(f"sm_scale: expected a finite float, got {sm_scale!r}")
+
+    if topk_length is not None:
+        _check_tensor("topk_length", topk_length, dtype=torch.int32, rank=1, device=device)
+        if topk_length.shape[0] != t_count:
+            raise ValueError(f"topk_length: expected shape [{t_count}], got {list(topk_length.shape)}")
+    if attn_sink is not None:
+        _check_tensor("attn_sink", attn_sink, dtype=torch.float32, rank=1, device=device)
+        if attn_sink.shape[0] != h_count:
+            raise ValueError(f"attn_sink: expected shape [{h_count}] (q's heads), got {list(attn_sink.shape)}")
+
+    if out is None:
+        out = torch.empty(t_count, h_count, D_V, dtype=dtype, device=device)
+    else:
+        _check_tensor("out", out, dtype=dtype, rank=3, device=device)
+        if tuple(out.shape) != (t_count, h_count, D_V):
+            raise ValueError(f"out: expected shape {[t_count, h_count, D_V]}, got {list(out.shape)}")
+    lse = torch.empty(t_count, h_count, dtype=torch.float32, device=device) if return_lse else None
+
+    if device.type == "cuda":
+        family, sm_count, hw_cvt = configs.device_traits(device.index if device.index is not None else torch.cuda.current_device())
+    elif device.type == "cpu" and _interpreting():
+        family, sm_count, hw_cvt = "sm90", configs.INTERPRETER_SM_COUNT, False
+    else:
+        raise ValueError(
+            f"q: expected CUDA tensors (or CPU tensors with TRITON_INTERPRET=1), got device {device}"
+        )
+
+    if t_count > 0:
+        _run(q_nope, q_pe, kv, indices, topk_length, attn_sink, float(sm_scale), out, lse,
+             family=family, sm_count=sm_count, hw_cvt=hw_cvt, fp8=fp8)
+    return (out, lse) if return_lse else out
+
+
+def _run(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, out, lse, *,
+         family, sm_count, hw_cvt, fp8, plan=None):
+    """Plan (unless given) and launch on validated inputs; return the compiled main kernel.
+
+    Tests and the tuning sweep pass ``plan`` to pin a configuration.
+    """
+    t_count, h_count = q_nope.shape[0], q_nope.shape[1]
+    topk = indices.shape[1]
+    if topk == 0:
+        out.zero_()
+        if lse is not None:
+            lse.fill_(float("-inf"))
+        return
+    if plan is None:
+        plan = configs.plan_launch(family, sm_count, hw_cvt, t_count=t_count, h_count=h_count,
+                                   topk=topk, fp8=fp8)
+    tile = plan.tile
+    return launch_sparse_mla_fwd(
+        q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, out, lse,
+        fp8=fp8, hw_cvt=plan.hw_cvt, block_h=tile.block_h, block_n=tile.block_n,
+        num_warps=tile.num_warps, num_stages=tile.num_stages, splits=plan.splits,
+    )

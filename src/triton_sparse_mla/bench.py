@@ -1,0 +1,257 @@
+"""Benchmark: our kernels beside FlashMLA (when importable) on identical inputs, in one run.
+
+Each workload is timed as CUDA-graph replays (the way vLLM runs decode), median of many. The
+machine's ceilings are measured in the same run: a device-to-device copy (bytes read + written)
+and a bf16 8192^3 matmul on random data. Bytes = q + out + the cache rows actually gathered
+(sum of valid lengths x row bytes); FLOPs = 2 x H x sum of valid lengths x (576 + 512).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import sys
+from dataclasses import asdict, dataclass, field
+
+import torch
+import triton
+
+from .api import sparse_mla_attention
+from .formats import FP8_ROW_BYTES, quantize_fp8_ds_mla
+
+ROW_BYTES = {"bf16": 576 * 2, "fp8_ds_mla": FP8_ROW_BYTES}
+PRESETS = {
+    "glm5-tp8": [8], "deepseek-v32-tp8": [16], "tp4": [32], "glm5-tp1": [64], "deepseek-v32-tp1": [128],
+    "all": [8, 16, 32, 64, 128],
+}
+
+
+@dataclass
+class Workload:
+    phase: str
+    t: int
+    h: int
+    fmt: str
+    k: int = 2048
+    n_rows: int = 1 << 20
+    lengths: str = "full"  # or "random"
+
+    @property
+    def name(self):
+        return (f"{self.phase} T={self.t} H={self.h} {self.fmt} N={self.n_rows >> 10}K"
+                + ("" if self.lengths == "full" else " len=rand"))
+
+
+@dataclass
+class Result:
+    workload: dict
+    ours_us: float
+    flashmla_us: float | None
+    bytes: int
+    flops: int
+    gbps: float
+    tflops: float
+    copy_share: float
+    matmul_share: float
+    floor_us: float
+    extra: dict = field(default_factory=dict)
+
+
+def decode_workloads(heads, formats=("bf16", "fp8_ds_mla")):
+    out = []
+    for fmt in formats:
+        for h in heads:
+            for t in (1, 4, 32, 128, 512):
+                out.append(Workload("decode", t, h, fmt))
+            out.append(Workload("decode", 128, h, fmt, lengths="random"))
+    return out
+
+
+def prefill_workloads(heads, formats=("bf16", "fp8_ds_mla"), tokens=(4096, 16384)):
+    return [Workload("prefill", t, h, fmt, n_rows=n)
+            for fmt in formats for n in (32768, 1 << 20) for h in heads for t in tokens]
+
+
+def time_us(fn) -> float:
+    """Median of CUDA-graph replays (falls back to eager events if capture fails)."""
+    fn()
+    torch.cuda.synchronize()
+    try:
+        return triton.testing.do_bench_cudagraph(fn, rep=100, return_mode="median") * 1e3
+    except Exception:  # noqa: BLE001 - an op that cannot be captured is still timed eagerly
+        return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e3
+
+
+def measure_ceilings() -> dict:
+    """Copy bandwidth (GB/s, read + write) and bf16 matmul rate (TFLOP/s), measured now."""
+    a = torch.empty(1 << 30, dtype=torch.uint8, device="cuda").random_()
+    b = torch.empty_like(a)
+    copy_us = triton.testing.do_bench(lambda: b.copy_(a), warmup=25, rep=200, return_mode="median") * 1e3
+    del a, b
+    x = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    y = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    mm_us = triton.testing.do_bench(lambda: x @ y, warmup=25, rep=200, return_mode="median") * 1e3
+    return {"copy_GBps": 2 * (1 << 30) / copy_us / 1e3, "matmul_TFLOPs": 2 * 8192**3 / mm_us / 1e6}
+
+
+class Caches:
+    """One random cache per (format, rows), built once and shared by all workloads."""
+
+    def __init__(self):
+        self._store = {}
+
+    def get(self, fmt, n_rows):
+        key = (fmt, n_rows)
+        if key not in self._store:
+            rows = torch.randn(n_rows, 576, device="cuda", dtype=torch.bfloat16)
+            self._store[key] = quantize_fp8_ds_mla(rows) if fmt == "fp8_ds_mla" else rows
+        return self._store[key]
+
+
+def make_inputs(w: Workload, caches: Caches, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q = torch.randn(w.t, w.h, 576, device="cuda", dtype=torch.bfloat16, generator=g)
+    kv = caches.get(w.fmt, w.n_rows)
+    if w.phase == "prefill" and w.n_rows <= 65536:
+        # Unique random rows per token (as FlashMLA's own benchmark draws them).
+        idx = torch.rand(w.t, w.n_rows, device="cuda", generator=g).argsort(dim=1)[:, :w.k]
+        idx = idx.to(torch.int32)
+    else:
+        idx = torch.randint(0, w.n_rows, (w.t, w.k), device="cuda", dtype=torch.int32, generator=g)
+    lengths = None
+    if w.lengths == "random":
+        lengths = torch.randint(1, w.k + 1, (w.t,), device="cuda", dtype=torch.int32, generator=g)
+    return q, kv, idx.contiguous(), lengths
+
+
+def flashmla_fn(w: Workload, q, kv, idx, lengths, scale):
+    """A FlashMLA call on the same inputs, or None when FlashMLA cannot run this workload.
+
+    bf16 uses ``flash_mla_sparse_fwd``; fp8_ds_mla uses sparse ``flash_mla_with_kvcache``.
+    FlashMLA takes 64 or 128 heads: fewer are padded to 64 (what vLLM does), and the padded
+    call is what is timed.
+    """
+    try:
+        import flash_mla
+    except Exception:  # noqa: BLE001 - absent or unloadable: no baseline
+        return None
+    legacy = torch.cuda.get_device_capability()[0] == 9
+    h_pad = 64 if w.h < 64 else w.h
+    if h_pad not in (64, 128):
+        return None
+    qp = q if h_pad == w.h else torch.nn.functional.pad(q, (0, 0, 0, h_pad - w.h))
+    if w.fmt == "bf16":
+        kv3 = kv[:, None, :]
+        idx3 = idx[:, None, :]
+        return lambda: flash_mla.flash_mla_sparse_fwd(qp, kv3, idx3, scale, 512, None, lengths,
+                                                      use_legacy=legacy)
+    cache = kv.view(-1, 64, 1, FP8_ROW_BYTES)
+    meta = flash_mla.get_mla_metadata()[0]
+    q4 = qp[:, None]  # [b = T, s_q = 1, h, 576]
+    idx4 = idx[:, None, :]
+    return lambda: flash_mla.flash_mla_with_kvcache(
+        q4, cache, None, None, 512, meta, softmax_scale=scale, is_fp8_kvcache=True,
+        indices=idx4, topk_length=lengths, use_legacy=legacy)
+
+
+def run_workload(w: Workload, caches: Caches, ceilings: dict, baseline=True, plan=None) -> Result:
+    q, kv, idx, lengths = make_inputs(w, caches)
+    scale = 576 ** -0.5
+    out = torch.empty(w.t, w.h, 512, device="cuda", dtype=torch.bfloat16)
+    if plan is None:
+        ours = lambda: sparse_mla_attention(q, kv, idx, scale, topk_length=lengths, out=out)  # noqa: E731
+    else:
+        from . import api
+        ours = lambda: api._run(q[..., :512], q[..., 512:], kv, idx, lengths, None, scale, out,  # noqa: E731
+                                None, family=None, sm_count=None, hw_cvt=plan.hw_cvt,
+                                fp8=w.fmt == "fp8_ds_mla", plan=plan)
+    ours_us = time_us(ours)
+    fm_us = None
+    fm = flashmla_fn(w, q, kv, idx, lengths, scale) if baseline else None
+    if fm is not None:
+        try:
+            fm_us = time_us(fm)
+        except Exception as exc:  # noqa: BLE001 - report, keep benchmarking
+            print(f"  FlashMLA failed on {w.name}: {type(exc).__name__}: {exc}", file=sys.stderr)
+    n_valid = int(lengths.sum()) if lengths is not None else w.t * w.k
+    nbytes = n_valid * ROW_BYTES[w.fmt] + 2 * q.numel() * 2 + 2 * out.numel()
+    flops = 2 * w.h * n_valid * (576 + 512)
+    floor_us = max(nbytes / ceilings["copy_GBps"] / 1e3, flops / ceilings["matmul_TFLOPs"] / 1e6)
+    return Result(workload=asdict(w) | {"name": w.name}, ours_us=ours_us, flashmla_us=fm_us,
+                  bytes=nbytes, flops=flops, gbps=nbytes / ours_us / 1e3,
+                  tflops=flops / ours_us / 1e6,
+                  copy_share=nbytes / ours_us / 1e3 / ceilings["copy_GBps"],
+                  matmul_share=flops / ours_us / 1e6 / ceilings["matmul_TFLOPs"], floor_us=floor_us)
+
+
+def header() -> dict:
+    try:
+        import flash_mla
+        fm_version = getattr(flash_mla, "__version__", "?")
+    except Exception:  # noqa: BLE001
+        fm_version = None
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "gpu": torch.cuda.get_device_name(), "capability": list(torch.cuda.get_device_capability()),
+        "sm_count": torch.cuda.get_device_properties(0).multi_processor_count,
+        "torch": torch.__version__, "triton": triton.__version__, "cuda": torch.version.cuda,
+        "flash_mla": fm_version,
+    }
+
+
+def format_row(r: Result) -> str:
+    fm = f"{r.flashmla_us:9.1f}" if r.flashmla_us else "        -"
+    ratio = f"{r.flashmla_us / r.ours_us:6.2f}" if r.flashmla_us else "     -"
+    return (f"{r.workload['name']:40} {r.ours_us:9.1f} {fm} {ratio} {r.floor_us:8.1f} "
+            f"{r.gbps:8.0f} {r.tflops:7.1f} {100 * r.copy_share:5.0f}% {100 * r.matmul_share:5.0f}%")
+
+
+TABLE_HEAD = (f"{'workload':40} {'ours us':>9} {'FlashMLA':>9} {'FM/us':>6} {'floor':>8} "
+              f"{'GB/s':>8} {'TFLOP/s':>7} {'copy%':>6} {'mm%':>6}")
+
+
+def run_bench(workloads, json_path=None, plot_path=None, baseline=True) -> dict:
+    head = header()
+    print(" ".join(f"{k}={v}" for k, v in head.items()), flush=True)
+    ceilings = measure_ceilings()
+    print(f"ceilings: copy {ceilings['copy_GBps']:.0f} GB/s, bf16 matmul {ceilings['matmul_TFLOPs']:.0f} TFLOP/s",
+          flush=True)
+    caches = Caches()
+    results = []
+    for i, w in enumerate(workloads):
+        print(f"[{i + 1}/{len(workloads)}] {w.name}", file=sys.stderr, flush=True)
+        results.append(run_workload(w, caches, ceilings, baseline=baseline))
+    print(TABLE_HEAD)
+    for r in results:
+        print(format_row(r))
+    record = {"header": head, "ceilings": ceilings, "results": [asdict(r) for r in results]}
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(record, f, indent=1)
+    if plot_path:
+        plot_roofline(record, plot_path)
+    return record
+
+
+def plot_roofline(record: dict, path: str):
+    """Roofline PNG: achieved TFLOP/s against arithmetic intensity (needs matplotlib)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    bw, peak = record["ceilings"]["copy_GBps"], record["ceilings"]["matmul_TFLOPs"]
+    fig, ax = plt.subplots(figsize=(7, 5))
+    xs = [0.5, 2000]
+    ax.plot(xs, [min(peak, x * bw / 1e3) for x in xs], "k-", lw=1, label="measured ceilings")
+    ax.plot([peak * 1e3 / bw] * 2, [1, peak], "k:", lw=0.5)
+    for r in record["results"]:
+        ai = r["flops"] / r["bytes"]
+        ax.plot(ai, r["tflops"], "o", color="tab:blue", ms=4)
+        if r["flashmla_us"]:
+            ax.plot(ai, r["flops"] / r["flashmla_us"] / 1e6, "x", color="tab:red", ms=5)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("FLOP per byte")
+    ax.set_ylabel("TFLOP/s")
+    ax.set_title(f"sparse MLA on {record['header']['gpu']} (o ours, x FlashMLA)")
+    fig.savefig(path, dpi=120, bbox_inches="tight")

@@ -1,0 +1,86 @@
+"""Self-check: run the public API on embedded problems and compare with the float64 reference.
+
+On a GPU the problems are decode- and prefill-sized; on a CPU (through Triton's interpreter)
+they are small. One verdict line per format and geometry; the return value says if all passed.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+
+from .api import sparse_mla_attention
+from .formats import quantize_fp8_ds_mla
+from .reference import sparse_mla_reference
+
+# (label, format, D_QK, q dtype); fp8_ds_mla always has the 576 geometry.
+GEOMETRIES = [
+    ("bf16 rows, D_QK 576", "bf16", 576, torch.bfloat16),
+    ("fp8_ds_mla rows, D_QK 576", "fp8_ds_mla", 576, torch.bfloat16),
+    ("bf16 rows, D_QK 512 (NoPE)", "bf16", 512, torch.bfloat16),
+    ("fp16 rows, D_QK 576", "fp16", 576, torch.float16),
+]
+TOLERANCE = {"bf16": 2e-2, "fp16": 2e-2, "fp8_ds_mla": 3e-2}
+
+
+def _problem(fmt, d_qk, dtype, t, h, k, n, device, seed):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(t, h, d_qk, generator=g).to(dtype)
+    rows = torch.randn(n, d_qk, generator=g)
+    kv = quantize_fp8_ds_mla(rows) if fmt == "fp8_ds_mla" else rows.to(dtype)
+    idx = torch.randint(0, n, (t, k), generator=g, dtype=torch.int32)
+    idx[:, ::7] = -1  # invalid entries scattered through each row
+    lengths = torch.randint(k // 2, k + 1, (t,), generator=g, dtype=torch.int32)
+    sink = torch.randn(h, generator=g)
+    return [x.to(device) for x in (q, kv, idx, lengths, sink)]
+
+
+def run_check(device: torch.device, *, verbose=print) -> bool:
+    """Run every geometry at the device's sizes; print one verdict each; True if all passed."""
+    on_gpu = device.type == "cuda"
+    # (label, T, H, K, N): decode-sized (split top-k) and, on a GPU, prefill-sized problems.
+    sizes = ([("decode", 4, 64, 2048, 65536), ("prefill", 600, 16, 512, 65536)] if on_gpu
+             else [("decode", 2, 16, 128, 512)])
+    if on_gpu:
+        name = torch.cuda.get_device_name(device)
+        cap = torch.cuda.get_device_capability(device)
+        verbose(f"device: {name} (sm{cap[0]}{cap[1]})")
+    else:
+        verbose("device: CPU through the Triton interpreter (small problems)")
+    all_ok = True
+    for label, fmt, d_qk, dtype in GEOMETRIES:
+        for size_label, t, h, k, n in sizes:
+            q, kv, idx, lengths, sink = _problem(fmt, d_qk, dtype, t, h, k, n, device, seed=t + h)
+            scale = d_qk ** -0.5
+            start = time.perf_counter()
+            try:
+                out, lse = sparse_mla_attention(q, kv, idx, scale, topk_length=lengths,
+                                                attn_sink=sink, return_lse=True)
+                if on_gpu:
+                    torch.cuda.synchronize(device)
+            except Exception as exc:  # the verdict line reports it; the exit status says failed
+                verbose(f"FAIL  {label:28} {size_label:8} raised {type(exc).__name__}: {exc}")
+                all_ok = False
+                continue
+            elapsed = time.perf_counter() - start
+            ref_out, ref_lse = sparse_mla_reference(q, kv, idx, scale, topk_length=lengths,
+                                                    attn_sink=sink)
+            out64 = out.double().cpu()
+            finite = bool(torch.isfinite(out64).all()) and not bool(torch.isnan(lse).any())
+            rel = ((out64 - ref_out).norm() / ref_out.norm()).item()
+            lse_err = (lse.double().cpu() - ref_lse).abs().max().item()
+            ok = finite and rel < TOLERANCE[fmt] and lse_err < 2e-2
+            all_ok &= ok
+            verbose(f"{'ok   ' if ok else 'FAIL '} {label:28} {size_label:8} T={t} H={h} K={k}: "
+                    f"rel err {rel:.2e}, lse err {lse_err:.1e}, {elapsed * 1e3:.0f} ms")
+    return all_ok
+
+
+def default_device() -> torch.device:
+    """The first GPU, else the CPU with the interpreter switched on (before any kernel runs)."""
+    if torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    os.environ["TRITON_INTERPRET"] = "1"
+    return torch.device("cpu")

@@ -1,0 +1,92 @@
+"""``triton-sparse-mla``: check, benchmark, compile-check, and what vLLM would select."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def _reexec_with_interpreter_if_needed(argv):
+    """Without a GPU, kernels must be built by the interpreter, which Triton decides when the
+    kernels are defined (at import). Restart once with TRITON_INTERPRET=1 in that case."""
+    import torch
+
+    if torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1":
+        return
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    os.execve(sys.executable, [sys.executable, "-m", "triton_sparse_mla.cli", *argv], env)
+
+
+def _cmd_check(args) -> int:
+    from .check import default_device, run_check
+
+    ok = run_check(default_device())
+    print("verdict: all checks passed" if ok else "verdict: FAILED")
+    return 0 if ok else 1
+
+
+def _cmd_bench(args) -> int:
+    import torch
+
+    from . import bench
+
+    if not torch.cuda.is_available():
+        print("bench needs a CUDA GPU", file=sys.stderr)
+        return 2
+    heads = bench.PRESETS[args.preset]
+    formats = tuple(args.formats.split(","))
+    workloads = []
+    if args.phase in ("decode", "all"):
+        workloads += bench.decode_workloads(heads, formats)
+    if args.phase in ("prefill", "all"):
+        workloads += bench.prefill_workloads(heads, formats)
+    bench.run_bench(workloads, json_path=args.json, plot_path=args.plot,
+                    baseline=not args.no_baseline)
+    return 0
+
+
+def _cmd_compile_check(args) -> int:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    if env != dict(os.environ):
+        os.execve(sys.executable, [sys.executable, "-m", "triton_sparse_mla.portability"], env)
+    from .portability import main
+
+    return main([])
+
+
+def _cmd_vllm(args) -> int:
+    try:
+        from .vllm_plugin.selection import describe_selection
+    except ImportError as exc:
+        print(f"vLLM integration unavailable: {exc}")
+        return 1
+    print(describe_selection())
+    return 0
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(prog="triton-sparse-mla", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("check", help="run the kernels on embedded problems against the float64 reference")
+    p = sub.add_parser("bench", help="time the kernels (and FlashMLA when importable) on this GPU")
+    p.add_argument("--phase", choices=["decode", "prefill", "all"], default="decode")
+    p.add_argument("--preset", choices=["all", "deepseek-v32-tp1", "deepseek-v32-tp8", "glm5-tp1", "glm5-tp8", "tp4"],
+                   default="all", help="head counts: a model at a tensor-parallel size, or all")
+    p.add_argument("--formats", default="bf16,fp8_ds_mla")
+    p.add_argument("--json", default="bench.json", help="where to write the full results")
+    p.add_argument("--plot", default=None, help="also draw a roofline PNG here")
+    p.add_argument("--no-baseline", action="store_true", help="skip FlashMLA")
+    sub.add_parser("compile-check", help="compile every configuration for sm80..sm120; check shared memory")
+    sub.add_parser("vllm", help="show which attention backend vLLM would select here, and why")
+    args = parser.parse_args(argv)
+    if args.command == "check":
+        _reexec_with_interpreter_if_needed(argv)
+    handler = {"check": _cmd_check, "bench": _cmd_bench, "compile-check": _cmd_compile_check,
+               "vllm": _cmd_vllm}[args.command]
+    return handler(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

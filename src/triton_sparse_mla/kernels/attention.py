@@ -1,0 +1,146 @@
+"""The sparse MLA kernel: one program = one query token x BLOCK_H heads x one split of top-k.
+
+Each program walks its slice of ``indices[t]`` in tiles of BLOCK_N rows. A gathered tile is
+loaded (and, for fp8_ds_mla, dequantized) once and shared by all BLOCK_H heads; its first 512
+columns serve as V. Scores use two tensor-core dots (512 latent + 64 rope, no padding to 1024)
+and an online softmax in base 2 with a finite running max, so fully masked tiles give no NaN.
+
+With one split the program writes the final output and lse. With several, it writes a
+normalised partial output and its base-2 lse, and :mod:`.combine` merges them.
+"""
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from .common import LN2, load_rows_fp8_ds_mla, load_rows_plain, mma, sink_factor
+
+D_NOPE = tl.constexpr(512)
+
+
+@triton.jit
+def sparse_mla_fwd_kernel(
+    q_nope_ptr, q_pe_ptr, kv_ptr, idx_ptr, len_ptr, sink_ptr,
+    out_ptr, lse_ptr,
+    qk_scale, n_rows, n_heads, topk, split_size,
+    stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h,
+    stride_kv, stride_idx_t,
+    stride_o_t, stride_o_h, stride_o_s,
+    stride_lse_t, stride_lse_h,
+    D_PE: tl.constexpr, FP8: tl.constexpr, HW_CVT: tl.constexpr,
+    HAS_LEN: tl.constexpr, HAS_SINK: tl.constexpr, PARTIAL: tl.constexpr,
+    BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, UPCAST_DOT: tl.constexpr,
+):
+    tl.static_assert(BLOCK_N >= 16, "tl.dot needs at least 16 rows per tile")
+    tl.static_assert(BLOCK_H >= 16, "tl.dot needs at least 16 heads per tile (pad in registers)")
+    i_t = tl.program_id(0).to(tl.int64)
+    i_h = tl.program_id(1)
+    i_s = tl.program_id(2)
+
+    o_h = i_h * BLOCK_H + tl.arange(0, BLOCK_H)
+    m_h = o_h < n_heads
+    o_d = tl.arange(0, D_NOPE)
+    p_qn = q_nope_ptr + i_t * stride_qn_t + o_h[:, None] * stride_qn_h + o_d[None, :]
+    b_qn = tl.load(p_qn, mask=m_h[:, None], other=0.0)  # [BLOCK_H, 512]
+    if D_PE > 0:
+        o_p = tl.arange(0, D_PE)
+        p_qp = q_pe_ptr + i_t * stride_qp_t + o_h[:, None] * stride_qp_h + o_p[None, :]
+        b_qp = tl.load(p_qp, mask=m_h[:, None], other=0.0)  # [BLOCK_H, D_PE]
+
+    n_start = i_s * split_size
+    n_end = tl.minimum(n_start + split_size, topk)
+    if HAS_LEN:
+        n_end = tl.minimum(n_end, tl.load(len_ptr + i_t))
+
+    # A finite initial max: a tile with every score masked to -inf then gives p = 0, alpha = 1.
+    b_m = tl.full([BLOCK_H], -1.0e30, dtype=tl.float32)
+    b_l = tl.zeros([BLOCK_H], dtype=tl.float32)
+    b_acc = tl.zeros([BLOCK_H, D_NOPE], dtype=tl.float32)
+    for n0 in range(n_start, n_end, BLOCK_N):
+        o_n = n0 + tl.arange(0, BLOCK_N)
+        m_n = o_n < n_end
+        b_idx = tl.load(idx_ptr + i_t * stride_idx_t + o_n, mask=m_n, other=-1)
+        m_n = m_n & (b_idx >= 0) & (b_idx < n_rows)
+        p_row = kv_ptr + b_idx.to(tl.int64) * stride_kv  # [BLOCK_N]
+        if FP8:
+            b_kn, b_kp = load_rows_fp8_ds_mla(p_row, m_n, b_qn.dtype, HW_CVT)
+        else:
+            b_kn, b_kp = load_rows_plain(p_row, m_n, D_NOPE, D_PE)
+        b_s = mma(b_qn, tl.trans(b_kn), UPCAST_DOT)  # [BLOCK_H, BLOCK_N]
+        if D_PE > 0:
+            b_s += mma(b_qp, tl.trans(b_kp), UPCAST_DOT)
+        b_s = tl.where(m_n[None, :], b_s * qk_scale, float("-inf"))
+        b_m_new = tl.maximum(b_m, tl.max(b_s, axis=1))
+        b_p = tl.exp2(b_s - b_m_new[:, None])
+        b_alpha = tl.exp2(b_m - b_m_new)
+        b_l = b_l * b_alpha + tl.sum(b_p, axis=1)
+        b_acc = b_acc * b_alpha[:, None] + mma(b_p.to(b_kn.dtype), b_kn, UPCAST_DOT)
+        b_m = b_m_new
+
+    m_nonempty = b_l > 0.0
+    b_o = b_acc / tl.where(m_nonempty, b_l, 1.0)[:, None]
+    b_lse2 = tl.where(m_nonempty, b_m + tl.log2(tl.where(m_nonempty, b_l, 1.0)), float("-inf"))
+    if PARTIAL:
+        p_o = out_ptr + i_t * stride_o_t + i_s * stride_o_s + o_h[:, None] * stride_o_h + o_d[None, :]
+        tl.store(p_o, b_o, mask=m_h[:, None])
+        tl.store(lse_ptr + i_t * stride_lse_t + o_h * stride_lse_h + i_s, b_lse2, mask=m_h)
+    else:
+        if HAS_SINK:
+            b_sink = tl.load(sink_ptr + o_h, mask=m_h, other=0.0)
+            b_o = b_o * sink_factor(b_lse2, b_sink)[:, None]
+        p_o = out_ptr + i_t * stride_o_t + o_h[:, None] * stride_o_h + o_d[None, :]
+        tl.store(p_o, b_o.to(out_ptr.dtype.element_ty), mask=m_h[:, None])
+        if lse_ptr is not None:
+            tl.store(lse_ptr + i_t * stride_lse_t + o_h * stride_lse_h, b_lse2 * LN2, mask=m_h)
+
+
+def launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, out, lse,
+                          *, fp8, hw_cvt, block_h, block_n, num_warps, num_stages, splits):
+    """Launch the kernel (and the combine step when ``splits > 1``); return the compiled main kernel.
+
+    Shapes: ``q_nope [T, H, 512]``, ``q_pe [T, H, D_PE]`` or None, ``kv [N, C]``,
+    ``indices [T, K]`` int32, ``topk_length [T]`` int32 or None, ``attn_sink [H]`` fp32 or None,
+    ``out [T, H, 512]``, ``lse [T, H]`` fp32 or None. Inputs are validated by the caller.
+    """
+    from .combine import launch_combine
+
+    t_count, h_count, _ = q_nope.shape
+    n_rows, topk = kv.shape[0], indices.shape[1]
+    d_pe = 0 if q_pe is None else q_pe.shape[2]
+    split_size = triton.cdiv(triton.cdiv(topk, splits), block_n) * block_n
+    splits = max(1, triton.cdiv(topk, split_size))
+    grid = (t_count, triton.cdiv(h_count, block_h), splits)
+    common = dict(
+        q_nope_ptr=q_nope, q_pe_ptr=q_pe if q_pe is not None else q_nope, kv_ptr=kv,
+        idx_ptr=indices, len_ptr=topk_length, sink_ptr=attn_sink,
+        qk_scale=float(sm_scale) * 1.4426950408889634, n_rows=n_rows, n_heads=h_count,
+        topk=topk, split_size=split_size,
+        stride_qn_t=q_nope.stride(0), stride_qn_h=q_nope.stride(1),
+        stride_qp_t=q_pe.stride(0) if q_pe is not None else 0,
+        stride_qp_h=q_pe.stride(1) if q_pe is not None else 0,
+        stride_kv=kv.stride(0), stride_idx_t=indices.stride(0),
+        D_PE=d_pe, FP8=fp8, HW_CVT=hw_cvt,
+        HAS_LEN=topk_length is not None, HAS_SINK=attn_sink is not None,
+        BLOCK_H=block_h, BLOCK_N=block_n, UPCAST_DOT=os.environ.get("TRITON_INTERPRET") == "1",
+        num_warps=num_warps, num_stages=num_stages,
+    )
+    if splits == 1:
+        return sparse_mla_fwd_kernel[grid](
+            out_ptr=out, lse_ptr=lse,
+            stride_o_t=out.stride(0), stride_o_h=out.stride(1), stride_o_s=0,
+            stride_lse_t=lse.stride(0) if lse is not None else 0,
+            stride_lse_h=lse.stride(1) if lse is not None else 0,
+            PARTIAL=False, **common,
+        )
+    part_o = torch.empty(t_count, splits, h_count, D_NOPE, dtype=torch.float32, device=out.device)
+    part_lse = torch.empty(t_count, h_count, splits, dtype=torch.float32, device=out.device)
+    compiled = sparse_mla_fwd_kernel[grid](
+        out_ptr=part_o, lse_ptr=part_lse,
+        stride_o_t=part_o.stride(0), stride_o_h=part_o.stride(2), stride_o_s=part_o.stride(1),
+        stride_lse_t=part_lse.stride(0), stride_lse_h=part_lse.stride(1),
+        PARTIAL=True, **common,
+    )
+    launch_combine(part_o, part_lse, attn_sink, out, lse)
+    return compiled

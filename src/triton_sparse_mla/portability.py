@@ -1,0 +1,121 @@
+"""Compile every shipped configuration for every target GPU, without a GPU.
+
+For each architecture family in :data:`configs.CONFIGS` and each compile target of that family,
+the main kernel is compiled (both formats, final and partial outputs, with and without rope) and
+so is the combine kernel; the shared memory each needs is compared with the family's limit.
+Pointer and stride arguments are hinted divisible by 16, as real launches specialise them, so
+the software pipeline (and its shared memory) is the one a real launch gets.
+
+Must run without ``TRITON_INTERPRET=1`` (the CLI and the test run it in a subprocess).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from . import configs
+
+_PTR = {"bf16": "*bf16", "u8": "*u8", "i32": "*i32", "fp32": "*fp32"}
+
+
+def _jit_fn(kernel):
+    # Under the interpreter @triton.jit gives another wrapper; compiling needs the JITFunction.
+    return getattr(kernel, "fn", kernel) if not hasattr(kernel, "arg_names") else kernel
+
+
+def _compile(kernel, types: dict, constexprs: dict, divisible: set, cap: int, warps: int, stages: int):
+    fn = _jit_fn(kernel)
+    names = fn.arg_names
+    signature = {}
+    for name in names:
+        signature[name] = "constexpr" if name in constexprs else types[name]
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in divisible}
+    src = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
+    target = GPUTarget("cuda", cap, 32)
+    return triton.compile(src, target=target, options={"num_warps": warps, "num_stages": stages})
+
+
+def _main_kernel_variants(tile: configs.TileConfig, cap: int, fp8: bool):
+    from .kernels.attention import sparse_mla_fwd_kernel
+
+    kv_t = "*u8" if fp8 else "*bf16"
+    for partial in (False, True):
+        for d_pe in ((64,) if fp8 else (64, 0)):
+            types = {
+                "q_nope_ptr": "*bf16", "q_pe_ptr": "*bf16", "kv_ptr": kv_t, "idx_ptr": "*i32",
+                "len_ptr": "*i32", "sink_ptr": "*fp32",
+                "out_ptr": "*fp32" if partial else "*bf16", "lse_ptr": "*fp32",
+                "qk_scale": "fp32",
+            }
+            ints = [n for n in _jit_fn(sparse_mla_fwd_kernel).arg_names
+                    if n.startswith(("n_", "topk", "split_size", "stride_"))]
+            types.update({n: "i32" for n in ints})
+            constexprs = dict(D_PE=d_pe, FP8=fp8, HW_CVT=fp8 and cap >= 89, HAS_LEN=True,
+                              HAS_SINK=True, PARTIAL=partial, BLOCK_H=tile.block_h,
+                              BLOCK_N=tile.block_n, UPCAST_DOT=False)
+            # Rows of 576 bf16 values and of 656 bytes both keep 16-byte alignment.
+            divisible = {n for n in types if n.endswith("_ptr")} | {
+                n for n in ints if n.startswith("stride_")}
+            yield (f"fwd partial={int(partial)} d_pe={d_pe}", sparse_mla_fwd_kernel, types,
+                   constexprs, divisible, tile.num_warps, tile.num_stages)
+
+
+def _combine_variant():
+    from .kernels.combine import combine_kernel
+
+    names = _jit_fn(combine_kernel).arg_names
+    types = {n: "*fp32" for n in names if n.endswith("_ptr")}
+    types["out_ptr"] = "*bf16"
+    types.update({n: "i32" for n in names if n.startswith(("n_", "stride_"))})
+    constexprs = dict(HAS_SINK=True, BLOCK_S=64, BLOCK_D=64, D_V=512)
+    divisible = {n for n in types if n.endswith("_ptr")}
+    return ("combine S=64", combine_kernel, types, constexprs, divisible, 4, 1)
+
+
+def check_all(families=None) -> list[dict]:
+    """Compile everything; return one record per (family, target, config, variant)."""
+    records = []
+    for family in families or sorted(configs.CONFIGS):
+        limit = configs.SMEM_LIMIT[family]
+        for cap in configs.FAMILY_TARGETS[family]:
+            jobs = []
+            for (phase, kind), tile in sorted(configs.CONFIGS[family].items()):
+                for v in _main_kernel_variants(tile, cap, kind == "fp8"):
+                    jobs.append((f"{phase}/{kind}", v))
+            jobs.append(("combine", _combine_variant()))
+            for key, (label, kernel, types, constexprs, divisible, warps, stages) in jobs:
+                rec = dict(family=family, target=f"sm{cap}", config=key, variant=label,
+                           num_warps=warps, num_stages=stages, limit=limit)
+                try:
+                    compiled = _compile(kernel, types, constexprs, divisible, cap, warps, stages)
+                    rec.update(shared=compiled.metadata.shared, ok=compiled.metadata.shared <= limit,
+                               error=None)
+                except Exception as exc:  # a failure to compile is a result to report
+                    rec.update(shared=None, ok=False, error=f"{type(exc).__name__}: {exc}"[-800:])
+                records.append(rec)
+    return records
+
+
+def main(argv=None) -> int:
+    """Print a table (or JSON with ``--json``); exit 1 if any configuration fails or overflows."""
+    argv = sys.argv[1:] if argv is None else argv
+    records = check_all()
+    if "--json" in argv:
+        print(json.dumps(records, indent=1))
+    else:
+        print(f"{'family':7} {'target':6} {'config':16} {'variant':24} {'smem KB':>8} {'limit':>6}  verdict")
+        for r in records:
+            smem = "-" if r["shared"] is None else f"{r['shared'] / 1024:.1f}"
+            verdict = "ok" if r["ok"] else ("FAIL " + (r["error"] or "over limit"))
+            print(f"{r['family']:7} {r['target']:6} {r['config']:16} {r['variant']:24} {smem:>8} "
+                  f"{r['limit'] // 1024:>6}  {verdict}")
+    return 0 if all(r["ok"] for r in records) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

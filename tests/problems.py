@@ -1,0 +1,109 @@
+"""Builders of test problems: NaN-poisoned caches, strided views, invalid-index menus."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from triton_sparse_mla.formats import FP8_ROW_BYTES, quantize_fp8_ds_mla
+
+# Invalid row ids the kernels must skip wherever they sit in a row (N is the cache size).
+INVALID_MENU = ("-2^31", "-1", "N", "N+7", "2^31-1")
+
+
+def invalid_value(name: str, n_rows: int) -> int:
+    return {"-2^31": -(2**31), "-1": -1, "N": n_rows, "N+7": n_rows + 7, "2^31-1": 2**31 - 1}[name]
+
+
+@dataclass
+class Problem:
+    q: object  # tensor [T, H, D] or tuple
+    kv: torch.Tensor  # [N, C] strided view
+    indices: torch.Tensor  # [T, K] int32 strided view
+    topk_length: torch.Tensor | None
+    attn_sink: torch.Tensor | None
+    sm_scale: float
+
+
+def make_problem(*, t, h, k, n, fmt="bf16", dtype=torch.bfloat16, d_qk=576, seed=0,
+                 invalid_frac=0.1, topk_length=None, sink=False, q_tuple=False,
+                 scale_style="amax", device="cpu") -> Problem:
+    """A seeded problem whose every input is non-contiguous and whose unselected rows are NaN.
+
+    ``topk_length``: None, "partial" (random lengths in [0, K]) or "zero".
+    """
+    g = torch.Generator().manual_seed(seed)
+    # q is head-major in memory (as vLLM hands it) and padded per token: never contiguous.
+    q_store = torch.randn(h, t, d_qk + 64, generator=g)
+    q_full = q_store[:, :, :d_qk].transpose(0, 1).to(dtype)
+    rows = torch.randn(n, d_qk, generator=g)
+
+    # Indices: random rows (repeats allowed), invalid entries from the menu anywhere.
+    idx = torch.randint(0, n, (t, k), generator=g)
+    n_bad = int(invalid_frac * k)
+    for ti in range(t):
+        pos = torch.randperm(k, generator=g)[:n_bad]
+        for j, p in enumerate(pos.tolist()):
+            idx[ti, p] = invalid_value(INVALID_MENU[(ti + j) % len(INVALID_MENU)], n)
+    lengths = None
+    if topk_length == "partial":
+        lengths = torch.randint(0, k + 1, (t,), generator=g, dtype=torch.int32)
+        lengths[0] = k
+    elif topk_length == "zero":
+        lengths = torch.zeros(t, dtype=torch.int32)
+
+    # Rows that no counted valid entry selects are poisoned with NaN: a stray read shows.
+    counted = (idx >= 0) & (idx < n)
+    if lengths is not None:
+        counted &= torch.arange(k)[None, :] < lengths[:, None].long()
+    used = torch.zeros(n, dtype=torch.bool)
+    used[idx[counted]] = True
+
+    if fmt == "fp8_ds_mla":
+        packed = quantize_fp8_ds_mla(rows, scale_style=scale_style)
+        width, pad_value = FP8_ROW_BYTES, 0xFF
+        store = torch.full((n, width + 16), pad_value, dtype=torch.uint8)
+        store[:, :width] = packed
+        store[~used] = pad_value  # fp8 NaN bytes, NaN scales, NaN rope
+    else:
+        width = d_qk
+        store = torch.full((n, width + 8), float("nan"), dtype=dtype)
+        store[:, :width] = rows.to(dtype)
+        store[~used] = float("nan")
+    kv = store[:, :width]
+
+    idx_store = torch.zeros(t, k + 5, dtype=torch.int32)
+    idx_store[:, :k] = idx.to(torch.int32)
+    indices = idx_store[:, :k]
+
+    attn_sink = torch.randn(h, generator=g) if sink else None
+    q = (q_full[..., :512], q_full[..., 512:]) if q_tuple else q_full
+    to = lambda x: None if x is None else x.to(device)  # noqa: E731
+    q = tuple(to(x) for x in q) if q_tuple else to(q)
+    return Problem(q=q, kv=to(kv), indices=to(indices), topk_length=to(lengths),
+                   attn_sink=to(attn_sink), sm_scale=1.0 / (d_qk**0.5) * 1.3)
+
+
+def assert_close(out, lse, ref_out, ref_lse, *, rtol_norm):
+    """Compare with the float64 reference: NaN/inf pattern, then norm error, then cosine."""
+    out = out.double().cpu()
+    assert not torch.isnan(out).any(), "output has NaN"
+    if lse is not None:
+        lse = lse.double().cpu()
+        assert torch.equal(torch.isneginf(lse), torch.isneginf(ref_lse)), "lse -inf pattern differs"
+        assert not torch.isnan(lse).any(), "lse has NaN"
+        fin = torch.isfinite(ref_lse)
+        if fin.any():
+            err = (lse[fin] - ref_lse[fin]).abs().max().item()
+            assert err < 2e-2, f"lse max abs error {err}"
+    empty = torch.isneginf(ref_lse)
+    assert torch.all(out[empty] == 0), "an empty row must give out = 0"
+    denom = ref_out.norm().item()
+    if denom == 0:
+        assert out.abs().max().item() == 0
+        return
+    rel = (out - ref_out).norm().item() / denom
+    assert rel < rtol_norm, f"relative error {rel} >= {rtol_norm}"
+    cos = torch.nn.functional.cosine_similarity(out.flatten(), ref_out.flatten(), dim=0).item()
+    assert cos > 0.999, f"cosine {cos}"

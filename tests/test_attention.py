@@ -1,0 +1,101 @@
+"""sparse_mla_attention against the float64 reference, over formats, geometries and options."""
+
+import pytest
+import torch
+
+from problems import assert_close, make_problem
+from triton_sparse_mla import sparse_mla_attention, sparse_mla_reference
+from triton_sparse_mla import api, configs
+
+TOL = {"bf16": 2e-2, "fp16": 2e-2, "fp8_ds_mla": 3e-2}
+
+
+def case(t, h, k, n, fmt="bf16", dtype=torch.bfloat16, d_qk=576, **kw):
+    name = f"T{t}-H{h}-K{k}-{fmt}" + ("" if d_qk == 576 else "-nope") + (
+        "-fp16" if dtype == torch.float16 else "") + "".join(f"-{a}" for a, v in kw.items() if v)
+    return pytest.param(dict(t=t, h=h, k=k, n=n, fmt=fmt, dtype=dtype, d_qk=d_qk, **kw), id=name)
+
+
+CASES = [
+    case(1, 16, 2048, 4096),
+    case(1, 8, 2048, 4096, "fp8_ds_mla"),
+    case(1, 128, 64, 200, sink=True),
+    case(3, 8, 100, 300, "fp8_ds_mla", topk_length="partial"),
+    case(3, 16, 100, 300, "fp8_ds_mla", scale_style="pow2", sink=True),
+    case(3, 1, 100, 300, q_tuple=True, topk_length="partial"),
+    case(63, 16, 64, 500, topk_length="partial"),
+    case(63, 8, 64, 500, "fp8_ds_mla"),
+    case(3, 16, 100, 300, "fp16", torch.float16),
+    case(3, 16, 100, 300, "fp8_ds_mla", torch.float16),
+    case(3, 16, 100, 300, d_qk=512, topk_length="partial"),
+    case(3, 8, 100, 300, "fp16", torch.float16, d_qk=512, q_tuple=True),
+    case(4, 16, 64, 300, topk_length="zero", sink=True),
+    case(2, 16, 64, 300, invalid_frac=1.0),
+]
+
+
+def _run_case(p, device, **extra):
+    prob = make_problem(device=device, **p)
+    out, lse = sparse_mla_attention(prob.q, prob.kv, prob.indices, prob.sm_scale,
+                                    topk_length=prob.topk_length, attn_sink=prob.attn_sink,
+                                    return_lse=True, **extra)
+    ref_out, ref_lse = sparse_mla_reference(prob.q, prob.kv, prob.indices, prob.sm_scale,
+                                            topk_length=prob.topk_length, attn_sink=prob.attn_sink)
+    return out, lse, ref_out, ref_lse
+
+
+@pytest.mark.parametrize("p", CASES)
+def test_matches_reference(p, device):
+    out, lse, ref_out, ref_lse = _run_case(p, device)
+    assert out.dtype == p["dtype"] and out.shape == (p["t"], p["h"], 512)
+    assert_close(out, lse, ref_out, ref_lse, rtol_norm=TOL[p["fmt"]])
+
+
+def test_out_argument_is_written_and_returned(device):
+    prob = make_problem(t=3, h=8, k=64, n=200, device=device, topk_length="partial")
+    store = torch.full((3, 8, 600), float("nan"), dtype=torch.bfloat16, device=device)
+    out = store[:, :, :512]
+    got = sparse_mla_attention(prob.q, prob.kv, prob.indices, prob.sm_scale,
+                               topk_length=prob.topk_length, out=out)
+    assert got.data_ptr() == out.data_ptr()
+    ref_out, ref_lse = sparse_mla_reference(prob.q, prob.kv, prob.indices, prob.sm_scale,
+                                            topk_length=prob.topk_length)
+    assert_close(out, None, ref_out, ref_lse, rtol_norm=TOL["bf16"])
+    assert torch.isnan(store[:, :, 512:].float()).all(), "wrote outside out"
+
+
+def test_three_dim_cache_and_indices(device):
+    prob = make_problem(t=3, h=16, k=64, n=200, fmt="fp8_ds_mla", device=device)
+    out = sparse_mla_attention(prob.q, prob.kv[:, None, :], prob.indices[:, None, :], prob.sm_scale)
+    ref_out, ref_lse = sparse_mla_reference(prob.q, prob.kv, prob.indices, prob.sm_scale)
+    assert_close(out, None, ref_out, ref_lse, rtol_norm=TOL["fp8_ds_mla"])
+
+
+@pytest.mark.parametrize("family", sorted(configs.CONFIGS))
+@pytest.mark.parametrize("phase", ["decode", "prefill"])
+@pytest.mark.parametrize("fmt", ["bf16", "fp8_ds_mla"])
+def test_every_shipped_config(family, phase, fmt, device):
+    """Each table entry (as its architecture would run it) matches the reference, split and not."""
+    prob = make_problem(t=3, h=20, k=100, n=300, fmt=fmt, device=device, topk_length="partial",
+                        sink=True)
+    tile = configs.CONFIGS[family][(phase, "fp8" if fmt == "fp8_ds_mla" else "plain")]
+    ref_out, ref_lse = sparse_mla_reference(prob.q, prob.kv, prob.indices, prob.sm_scale,
+                                            topk_length=prob.topk_length, attn_sink=prob.attn_sink)
+    q_nope, q_pe = api._split_query(prob.q)
+    for splits in (1, 3):
+        out = torch.empty(3, 20, 512, dtype=torch.bfloat16, device=device)
+        lse = torch.empty(3, 20, dtype=torch.float32, device=device)
+        plan = configs.LaunchPlan(tile=tile, splits=splits, hw_cvt=False)
+        api._run(q_nope, q_pe, prob.kv, prob.indices, prob.topk_length, prob.attn_sink,
+                 prob.sm_scale, out, lse, family=family, sm_count=1, hw_cvt=False,
+                 fp8=fmt == "fp8_ds_mla", plan=plan)
+        assert_close(out, lse, ref_out, ref_lse, rtol_norm=TOL[fmt])
+
+
+def test_empty_topk_and_no_tokens(device):
+    prob = make_problem(t=2, h=8, k=16, n=50, device=device)
+    out, lse = sparse_mla_attention(prob.q, prob.kv, prob.indices[:, :0], 0.1, return_lse=True)
+    assert torch.all(out == 0) and torch.isneginf(lse).all()
+    q0 = prob.q[:0]
+    out0 = sparse_mla_attention(q0, prob.kv, prob.indices[:0], 0.1)
+    assert out0.shape == (0, 8, 512)

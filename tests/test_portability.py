@@ -1,0 +1,27 @@
+"""Every shipped configuration compiles for sm80, sm86, sm89, sm90, sm100 and sm120 and fits
+that architecture's shared memory. Compiling needs no GPU, but it must not run under the
+interpreter, so it runs in a subprocess without TRITON_INTERPRET."""
+
+import json
+import os
+import subprocess
+import sys
+
+from triton_sparse_mla import configs
+
+
+def test_all_configs_compile_and_fit():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-m", "triton_sparse_mla.portability", "--json"],
+                          env=env, capture_output=True, text=True, timeout=1200)
+    assert proc.stdout, proc.stderr[-2000:]
+    records = json.loads(proc.stdout)
+    bad = [r for r in records if not r["ok"]]
+    assert not bad, json.dumps(bad, indent=1)[:4000]
+    targets = {r["target"] for r in records}
+    assert targets == {"sm80", "sm86", "sm89", "sm90", "sm100", "sm120"}
+    for family, table in configs.CONFIGS.items():
+        for key in table:
+            hits = [r for r in records if r["family"] == family and r["config"] == "/".join(key)]
+            assert hits and all(r["shared"] <= configs.SMEM_LIMIT[family] for r in hits)
+    assert proc.returncode == 0

@@ -1,0 +1,64 @@
+"""Bad inputs raise the documented errors, naming the argument, expected and actual values."""
+
+import pytest
+import torch
+
+from problems import make_problem
+from triton_sparse_mla import sparse_mla_attention
+
+
+@pytest.fixture
+def prob(device):
+    return make_problem(t=3, h=8, k=16, n=40, device=device)
+
+
+def call(prob, **over):
+    args = dict(q=prob.q, kv=prob.kv, indices=prob.indices, sm_scale=prob.sm_scale)
+    args.update(over)
+    return sparse_mla_attention(args.pop("q"), args.pop("kv"), args.pop("indices"),
+                                args.pop("sm_scale"), **args)
+
+
+@pytest.mark.parametrize("over, exc, words", [
+    (lambda p: dict(q=p.q.float()), TypeError, ["q", "torch.float32"]),
+    (lambda p: dict(q=p.q[..., :500]), ValueError, ["q", "500"]),
+    (lambda p: dict(q=p.q[0]), ValueError, ["q", "3 dimensions"]),
+    (lambda p: dict(q=p.q.transpose(1, 2)), ValueError, ["q", "last dimension"]),
+    (lambda p: dict(q=(p.q[..., :512], p.q[..., 512:].half())), TypeError, ["q_pe", "float16"]),
+    (lambda p: dict(q=(p.q[..., :512], p.q[:2, :, 512:])), ValueError, ["q_pe", "[3, 8]"]),
+    (lambda p: dict(kv=p.kv.half()), TypeError, ["kv", "float16"]),
+    (lambda p: dict(kv=p.kv[:, :512]), ValueError, ["kv", "576", "512"]),
+    (lambda p: dict(kv=p.kv.float()), TypeError, ["kv", "float32"]),
+    (lambda p: dict(kv=torch.zeros(40, 576, dtype=torch.uint8, device=p.kv.device)), ValueError, ["kv", "656"]),
+    (lambda p: dict(kv=p.kv[:, None].expand(40, 2, 576)), ValueError, ["kv", "[N, 1, C]"]),
+    (lambda p: dict(kv=p.kv.t()), ValueError, ["kv"]),
+    (lambda p: dict(indices=p.indices.long()), TypeError, ["indices", "torch.int32", "torch.int64"]),
+    (lambda p: dict(indices=p.indices[:2]), ValueError, ["indices", "T = 3", "2"]),
+    (lambda p: dict(indices=p.indices[0]), ValueError, ["indices", "2 dimensions"]),
+    (lambda p: dict(sm_scale=float("nan")), TypeError, ["sm_scale"]),
+    (lambda p: dict(sm_scale="0.1"), TypeError, ["sm_scale"]),
+    (lambda p: dict(topk_length=torch.zeros(3, dtype=torch.int64, device=p.kv.device)), TypeError, ["topk_length", "int32"]),
+    (lambda p: dict(topk_length=torch.zeros(4, dtype=torch.int32, device=p.kv.device)), ValueError, ["topk_length", "[3]", "[4]"]),
+    (lambda p: dict(attn_sink=torch.zeros(7, device=p.kv.device)), ValueError, ["attn_sink", "[8]", "[7]"]),
+    (lambda p: dict(attn_sink=torch.zeros(8, dtype=torch.float64, device=p.kv.device)), TypeError, ["attn_sink", "float32"]),
+    (lambda p: dict(out=torch.empty(3, 8, 512, dtype=torch.float16, device=p.kv.device)), TypeError, ["out", "bfloat16"]),
+    (lambda p: dict(out=torch.empty(3, 9, 512, dtype=torch.bfloat16, device=p.kv.device)), ValueError, ["out", "[3, 8, 512]", "[3, 9, 512]"]),
+], ids=lambda v: None)
+def test_bad_input(prob, over, exc, words):
+    with pytest.raises(exc) as info:
+        call(prob, **over(prob))
+    for w in words:
+        assert w in str(info.value), (w, str(info.value))
+
+
+def test_fp8_cache_needs_rope_geometry(device):
+    prob = make_problem(t=2, h=8, k=16, n=40, fmt="fp8_ds_mla", device=device)
+    with pytest.raises(ValueError, match="D_QK = 512"):
+        call(prob, q=prob.q[..., :512])
+
+
+def test_cpu_without_interpreter_is_refused(monkeypatch):
+    prob = make_problem(t=2, h=8, k=16, n=40)
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(ValueError, match="TRITON_INTERPRET"):
+        call(prob)

@@ -1,0 +1,22 @@
+"""A representative run for compute-sanitizer memcheck: decode (split) and prefill (no split),
+bf16 and fp8_ds_mla, with invalid indices from the whole menu, partial lengths and a sink.
+Exits non-zero if any result is wrong, so the sanitizer's and the math's verdicts both show."""
+
+import sys
+
+import torch
+
+sys.path.insert(0, "tests")
+from problems import assert_close, make_problem  # noqa: E402
+
+from triton_sparse_mla import sparse_mla_attention, sparse_mla_reference  # noqa: E402
+
+for fmt in ("bf16", "fp8_ds_mla"):
+    for t, h, k in ((2, 64, 2048), (600, 16, 64)):
+        p = make_problem(t=t, h=h, k=k, n=4096, fmt=fmt, device="cuda", topk_length="partial", sink=True)
+        out, lse = sparse_mla_attention(p.q, p.kv, p.indices, p.sm_scale, topk_length=p.topk_length,
+                                        attn_sink=p.attn_sink, return_lse=True)
+        ref = sparse_mla_reference(p.q, p.kv, p.indices, p.sm_scale, topk_length=p.topk_length,
+                                   attn_sink=p.attn_sink)
+        assert_close(out, lse, *ref, rtol_norm=3e-2)
+        print(f"ok {fmt} T={t} H={h} K={k}")

@@ -12,20 +12,21 @@ import torch
 import triton
 
 from triton_sparse_mla import api, configs
-from triton_sparse_mla.bench import Caches, Workload, make_inputs, time_us
+from triton_sparse_mla.bench import Caches, Workload, flashmla_fn, make_inputs, time_us
 
 T = configs.TileConfig
 CANDIDATES = [
-    T(16, 32, 4, 2), T(16, 64, 4, 2), T(32, 32, 4, 2), T(32, 32, 8, 2), T(32, 64, 8, 2),
-    T(64, 16, 8, 3), T(64, 32, 8, 2), T(64, 32, 8, 3), T(64, 64, 8, 2),
+    T(16, 32, 4, 2), T(16, 64, 4, 2), T(16, 64, 4, 3), T(16, 128, 4, 2), T(16, 64, 8, 2),
+    T(32, 64, 4, 2), T(32, 64, 8, 2), T(64, 32, 8, 2), T(64, 32, 8, 3), T(64, 64, 8, 2),
 ]
 WORKLOADS = [
     Workload("decode", 1, 128, "bf16"), Workload("decode", 1, 8, "fp8_ds_mla"),
+    Workload("decode", 1, 64, "fp8_ds_mla"),
     Workload("decode", 128, 8, "bf16"), Workload("decode", 128, 16, "fp8_ds_mla"),
+    Workload("decode", 128, 32, "bf16"),
     Workload("decode", 128, 64, "bf16"), Workload("decode", 128, 64, "fp8_ds_mla"),
-    Workload("decode", 128, 128, "bf16"),
+    Workload("decode", 128, 128, "bf16"), Workload("decode", 128, 128, "fp8_ds_mla"),
     Workload("prefill", 4096, 16, "bf16", n_rows=32768), Workload("prefill", 4096, 64, "bf16", n_rows=32768),
-    Workload("prefill", 4096, 64, "fp8_ds_mla", n_rows=32768),
 ]
 
 
@@ -41,7 +42,7 @@ def main(path):
         for tile in CANDIDATES:
             if tile.block_h > max(16, triton.next_power_of_2(w.h)):
                 continue
-            for per_sm in ((1, 2) if w.phase == "decode" else (2,)):
+            for per_sm in ((1, 2) if w.t == 1 else (1,)):
                 configs.PROGRAMS_PER_SM = per_sm
                 splits = configs.choose_splits(w.t, triton.cdiv(w.h, tile.block_h), w.k, tile.block_n, sms)
                 plan = configs.LaunchPlan(tile, splits, hw_cvt=True)
@@ -56,8 +57,16 @@ def main(path):
                 rows.append(dict(workload=w.name, tile=list(tile.__dict__.values()), per_sm=per_sm,
                                  splits=splits, us=us, **meta))
                 print(f"{w.name:36} {tile} per_sm={per_sm} splits={splits:3d} {us:9.1f} us {meta}", flush=True)
-        best = min((r for r in rows if r["us"] == r["us"]), key=lambda r: r["us"], default=None)
-        print(f"BEST {w.name:36} {best}", flush=True)
+        try:
+            fm = flashmla_fn(w, q, kv, idx, lengths, 576 ** -0.5)
+            fm_us = time_us(fm) if fm is not None else None
+        except Exception as exc:  # noqa: BLE001 - no baseline for this workload
+            print(f"FlashMLA failed: {exc}", flush=True)
+            fm_us = None
+        rows.append(dict(workload=w.name, tile="FlashMLA", us=fm_us))
+        print(f"{w.name:36} FlashMLA {fm_us}", flush=True)
+        best = min((r for r in rows if r["us"] is not None and r["us"] == r["us"]), key=lambda r: r["us"] if r["tile"] != "FlashMLA" else 1e30, default=None)
+        print(f"BEST {w.name:36} {best} FlashMLA {fm_us}", flush=True)
         records += rows
     with open(path, "w") as f:
         json.dump(records, f, indent=1)

@@ -1,9 +1,11 @@
 """The sparse MLA kernel: one program = one query token x BLOCK_H heads x one split of top-k.
 
 Each program walks its slice of ``indices[t]`` in tiles of BLOCK_N rows. A gathered tile is
-loaded (and, for fp8_ds_mla, dequantized) once and shared by all BLOCK_H heads; its first 512
-columns serve as V. Scores use two tensor-core dots (512 latent + 64 rope, no padding to 1024)
-and an online softmax in base 2 with a finite running max, so fully masked tiles give no NaN.
+loaded once and shared by all BLOCK_H heads; its latent columns serve as V. The latent is four
+128-column tiles (the fp8_ds_mla quantization tile, see :mod:`.common`), so an fp8 row is only
+converted, never rescaled: its scales multiply scores and probabilities. Scores use tensor-core
+dots over the 512 latent and 64 rope columns (no padding to 1024) and an online softmax in
+base 2 with a finite running max, so fully masked tiles give no NaN.
 
 With one split the program writes the final output and lse. With several, it writes a
 normalised partial output and its base-2 lse, and :mod:`.combine` merges them.
@@ -15,9 +17,23 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import LN2, load_rows_fp8_ds_mla, load_rows_plain, mma, sink_factor
+from .common import (LATENT_TILE, LN2, load_latent_tile, load_rope_tile, mma, sink_factor,
+                     tile_scores, tile_update)
 
-D_NOPE = tl.constexpr(512)
+D_NOPE = 512
+
+
+@triton.jit
+def _load_q_tile(p_q, m_h, J: tl.constexpr):
+    o_c = J * LATENT_TILE + tl.arange(0, LATENT_TILE)
+    return tl.load(p_q[:, None] + o_c[None, :], mask=m_h[:, None], other=0.0)  # [BLOCK_H, 128]
+
+
+@triton.jit
+def _store_tile(p_o, b_acc, b_scale, m_h, J: tl.constexpr):
+    o_c = J * LATENT_TILE + tl.arange(0, LATENT_TILE)
+    b_o = b_acc * b_scale[:, None]
+    tl.store(p_o[:, None] + o_c[None, :], b_o.to(p_o.dtype.element_ty), mask=m_h[:, None])
 
 
 @triton.jit
@@ -41,9 +57,12 @@ def sparse_mla_fwd_kernel(
 
     o_h = i_h * BLOCK_H + tl.arange(0, BLOCK_H)
     m_h = o_h < n_heads
-    o_d = tl.arange(0, D_NOPE)
-    p_qn = q_nope_ptr + i_t * stride_qn_t + o_h[:, None] * stride_qn_h + o_d[None, :]
-    b_qn = tl.load(p_qn, mask=m_h[:, None], other=0.0)  # [BLOCK_H, 512]
+    p_qn = q_nope_ptr + i_t * stride_qn_t + o_h * stride_qn_h  # [BLOCK_H]
+    b_q0 = _load_q_tile(p_qn, m_h, 0)
+    b_q1 = _load_q_tile(p_qn, m_h, 1)
+    b_q2 = _load_q_tile(p_qn, m_h, 2)
+    b_q3 = _load_q_tile(p_qn, m_h, 3)
+    DTYPE: tl.constexpr = q_nope_ptr.dtype.element_ty
     if D_PE > 0:
         o_p = tl.arange(0, D_PE)
         p_qp = q_pe_ptr + i_t * stride_qp_t + o_h[:, None] * stride_qp_h + o_p[None, :]
@@ -57,43 +76,54 @@ def sparse_mla_fwd_kernel(
     # A finite initial max: a tile with every score masked to -inf then gives p = 0, alpha = 1.
     b_m = tl.full([BLOCK_H], -1.0e30, dtype=tl.float32)
     b_l = tl.zeros([BLOCK_H], dtype=tl.float32)
-    b_acc = tl.zeros([BLOCK_H, D_NOPE], dtype=tl.float32)
+    b_acc0 = tl.zeros([BLOCK_H, LATENT_TILE], dtype=tl.float32)
+    b_acc1 = tl.zeros([BLOCK_H, LATENT_TILE], dtype=tl.float32)
+    b_acc2 = tl.zeros([BLOCK_H, LATENT_TILE], dtype=tl.float32)
+    b_acc3 = tl.zeros([BLOCK_H, LATENT_TILE], dtype=tl.float32)
     for n0 in range(n_start, n_end, BLOCK_N):
         o_n = n0 + tl.arange(0, BLOCK_N)
         m_n = o_n < n_end
         b_idx = tl.load(idx_ptr + i_t * stride_idx_t + o_n, mask=m_n, other=-1)
         m_n = m_n & (b_idx >= 0) & (b_idx < n_rows)
         p_row = kv_ptr + b_idx.to(tl.int64) * stride_kv  # [BLOCK_N]
-        if FP8:
-            b_kn, b_kp = load_rows_fp8_ds_mla(p_row, m_n, b_qn.dtype, HW_CVT)
-        else:
-            b_kn, b_kp = load_rows_plain(p_row, m_n, D_NOPE, D_PE)
-        b_s = mma(b_qn, tl.trans(b_kn), UPCAST_DOT)  # [BLOCK_H, BLOCK_N]
+        b_k0, b_c0 = load_latent_tile(p_row, m_n, 0, FP8, HW_CVT, DTYPE)  # [BLOCK_N, 128], [BLOCK_N]
+        b_k1, b_c1 = load_latent_tile(p_row, m_n, 1, FP8, HW_CVT, DTYPE)
+        b_k2, b_c2 = load_latent_tile(p_row, m_n, 2, FP8, HW_CVT, DTYPE)
+        b_k3, b_c3 = load_latent_tile(p_row, m_n, 3, FP8, HW_CVT, DTYPE)
+        b_s = tile_scores(b_q0, b_k0, b_c0, FP8, UPCAST_DOT)  # [BLOCK_H, BLOCK_N]
+        b_s += tile_scores(b_q1, b_k1, b_c1, FP8, UPCAST_DOT)
+        b_s += tile_scores(b_q2, b_k2, b_c2, FP8, UPCAST_DOT)
+        b_s += tile_scores(b_q3, b_k3, b_c3, FP8, UPCAST_DOT)
         if D_PE > 0:
+            b_kp = load_rope_tile(p_row, m_n, D_PE, FP8, DTYPE)  # [BLOCK_N, D_PE]
             b_s += mma(b_qp, tl.trans(b_kp), UPCAST_DOT)
         b_s = tl.where(m_n[None, :], b_s * qk_scale, float("-inf"))
         b_m_new = tl.maximum(b_m, tl.max(b_s, axis=1))
         b_p = tl.exp2(b_s - b_m_new[:, None])
         b_alpha = tl.exp2(b_m - b_m_new)
         b_l = b_l * b_alpha + tl.sum(b_p, axis=1)
-        b_acc = b_acc * b_alpha[:, None] + mma(b_p.to(b_kn.dtype), b_kn, UPCAST_DOT)
+        b_acc0 = tile_update(b_acc0, b_alpha, b_p, b_k0, b_c0, FP8, UPCAST_DOT)
+        b_acc1 = tile_update(b_acc1, b_alpha, b_p, b_k1, b_c1, FP8, UPCAST_DOT)
+        b_acc2 = tile_update(b_acc2, b_alpha, b_p, b_k2, b_c2, FP8, UPCAST_DOT)
+        b_acc3 = tile_update(b_acc3, b_alpha, b_p, b_k3, b_c3, FP8, UPCAST_DOT)
         b_m = b_m_new
 
     m_nonempty = b_l > 0.0
-    b_o = b_acc / tl.where(m_nonempty, b_l, 1.0)[:, None]
+    b_inv_l = 1.0 / tl.where(m_nonempty, b_l, 1.0)
     b_lse2 = tl.where(m_nonempty, b_m + tl.log2(tl.where(m_nonempty, b_l, 1.0)), float("-inf"))
     if PARTIAL:
-        p_o = out_ptr + i_t * stride_o_t + i_s * stride_o_s + o_h[:, None] * stride_o_h + o_d[None, :]
-        tl.store(p_o, b_o, mask=m_h[:, None])
+        p_o = out_ptr + i_t * stride_o_t + i_s * stride_o_s + o_h * stride_o_h
         tl.store(lse_ptr + i_t * stride_lse_t + o_h * stride_lse_h + i_s, b_lse2, mask=m_h)
     else:
         if HAS_SINK:
-            b_sink = tl.load(sink_ptr + o_h, mask=m_h, other=0.0)
-            b_o = b_o * sink_factor(b_lse2, b_sink)[:, None]
-        p_o = out_ptr + i_t * stride_o_t + o_h[:, None] * stride_o_h + o_d[None, :]
-        tl.store(p_o, b_o.to(out_ptr.dtype.element_ty), mask=m_h[:, None])
+            b_inv_l = b_inv_l * sink_factor(b_lse2, tl.load(sink_ptr + o_h, mask=m_h, other=0.0))
+        p_o = out_ptr + i_t * stride_o_t + o_h * stride_o_h
         if lse_ptr is not None:
             tl.store(lse_ptr + i_t * stride_lse_t + o_h * stride_lse_h, b_lse2 * LN2, mask=m_h)
+    _store_tile(p_o, b_acc0, b_inv_l, m_h, 0)
+    _store_tile(p_o, b_acc1, b_inv_l, m_h, 1)
+    _store_tile(p_o, b_acc2, b_inv_l, m_h, 2)
+    _store_tile(p_o, b_acc3, b_inv_l, m_h, 3)
 
 
 def launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, out, lse,

@@ -1,10 +1,21 @@
-"""Shared ``@triton.jit`` helpers: cache-row gathers, fp8 decode, the attention-sink factor."""
+"""Shared ``@triton.jit`` helpers: latent-tile gathers, fp8 decode, scores, softmax, sink.
+
+The 512 latent columns of a cache row are handled as four tiles of 128 columns, the fp8_ds_mla
+quantization tile. An fp8 tile is converted exactly to q's dtype (every e4m3 value is
+representable in bf16 and fp16) and its per-row fp32 scale is applied to the scores and to the
+probabilities instead of to the tile: ``q . (s * k) = s * (q . k)`` and
+``sum_n p_n * (s_n * v_n) = sum_n (p_n * s_n) * v_n``. So no dequantized copy of the row is
+formed, and no rounding beyond bf16's is added.
+"""
 
 import triton
 import triton.language as tl
 
 LOG2E = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)
+LATENT_TILE = tl.constexpr(128)
+FP8_SCALE_BYTE = tl.constexpr(512)
+FP8_ROPE_BYTE = tl.constexpr(528)
 
 
 @triton.jit
@@ -28,50 +39,39 @@ def e4m3_to_f32(b_raw, HW_CVT: tl.constexpr):
 
 
 @triton.jit
-def load_rows_plain(p_row, m_n, D_NOPE: tl.constexpr, D_PE: tl.constexpr):
-    """Gather bf16/fp16 rows: ``p_row`` [BLOCK_N] row pointers, ``m_n`` [BLOCK_N] validity.
+def load_latent_tile(p_row, m_n, J: tl.constexpr, FP8: tl.constexpr, HW_CVT: tl.constexpr,
+                     DTYPE: tl.constexpr):
+    """Latent columns ``[128 J, 128 J + 128)`` of BLOCK_N gathered rows.
 
-    Returns ``(nope [BLOCK_N, D_NOPE], pe [BLOCK_N, max(D_PE, 16)])``; ``pe`` is zeros when
-    ``D_PE == 0``. Masked rows are never read.
+    ``p_row`` [BLOCK_N] row pointers (element pointers for bf16/fp16 rows, byte pointers for
+    fp8_ds_mla rows), ``m_n`` [BLOCK_N] validity: masked rows are never read.
+    Returns ``(tile [BLOCK_N, 128] in DTYPE, scale [BLOCK_N] fp32)``; the scale is all ones
+    for bf16/fp16 rows, and zero on masked fp8 rows.
     """
-    o_d = tl.arange(0, D_NOPE)
-    b_kn = tl.load(p_row[:, None] + o_d[None, :], mask=m_n[:, None], other=0.0)
-    if D_PE > 0:
-        o_p = tl.arange(0, D_PE)
-        b_kp = tl.load(p_row[:, None] + D_NOPE + o_p[None, :], mask=m_n[:, None], other=0.0)
+    o_c = J * LATENT_TILE + tl.arange(0, LATENT_TILE)
+    b_raw = tl.load(p_row[:, None] + o_c[None, :], mask=m_n[:, None], other=0)
+    if FP8:
+        if HW_CVT:
+            b_k = b_raw.to(tl.float8e4nv, bitcast=True).to(DTYPE)
+        else:
+            b_k = e4m3_to_f32(b_raw, False).to(DTYPE)
+        p_scale = (p_row + FP8_SCALE_BYTE).to(tl.pointer_type(tl.float32)) + J
+        b_c = tl.load(p_scale, mask=m_n, other=0.0)
     else:
-        b_kp = tl.zeros([p_row.shape[0], 16], dtype=b_kn.dtype)
-    return b_kn, b_kp
+        b_k = b_raw
+        b_c = tl.full([p_row.shape[0]], 1.0, dtype=tl.float32)
+    return b_k, b_c
 
 
 @triton.jit
-def load_rows_fp8_ds_mla(p_row, m_n, OUT_DTYPE: tl.constexpr, HW_CVT: tl.constexpr):
-    """Gather and dequantize fp8_ds_mla rows (656 bytes): ``p_row`` [BLOCK_N] uint8 row pointers.
-
-    Each row is decoded once, as ``[BLOCK_N, 4, 128]`` fp8 tiles times their fp32 scales.
-    Returns ``(nope [BLOCK_N, 512], pe [BLOCK_N, 64])`` in ``OUT_DTYPE``.
-    """
-    BLOCK_N: tl.constexpr = p_row.shape[0]
-    o_tile = tl.arange(0, 4)
-    o_c = tl.arange(0, 128)
-    o_byte = o_tile[:, None] * 128 + o_c[None, :]  # [4, 128]
-    b_raw = tl.load(p_row[:, None, None] + o_byte[None, :, :], mask=m_n[:, None, None], other=0)
-    p_scale = (p_row + 512).to(tl.pointer_type(tl.float32))
-    b_scale = tl.load(p_scale[:, None] + o_tile[None, :], mask=m_n[:, None], other=0.0)  # [BLOCK_N, 4]
-    b_val = e4m3_to_f32(b_raw, HW_CVT) * b_scale[:, :, None]
-    b_kn = tl.reshape(b_val, [BLOCK_N, 512]).to(OUT_DTYPE)
-    p_pe = (p_row + 528).to(tl.pointer_type(tl.bfloat16))
-    o_p = tl.arange(0, 64)
-    b_kp = tl.load(p_pe[:, None] + o_p[None, :], mask=m_n[:, None], other=0.0).to(OUT_DTYPE)
-    return b_kn, b_kp
-
-
-@triton.jit
-def sink_factor(b_lse2, b_sink):
-    """``exp(lse) / (exp(lse) + exp(sink))`` from a base-2 lse; 0 for an empty row (lse -inf)."""
-    b_lse = b_lse2 * LN2
-    f = 1.0 / (1.0 + tl.exp(b_sink - b_lse))
-    return tl.where(b_lse2 == float("-inf"), 0.0, f)
+def load_rope_tile(p_row, m_n, D_PE: tl.constexpr, FP8: tl.constexpr, DTYPE: tl.constexpr):
+    """The ``D_PE`` rope columns of BLOCK_N gathered rows, ``[BLOCK_N, D_PE]`` in DTYPE."""
+    o_p = tl.arange(0, D_PE)
+    if FP8:
+        p_pe = (p_row + FP8_ROPE_BYTE).to(tl.pointer_type(tl.bfloat16))
+    else:
+        p_pe = p_row + 4 * LATENT_TILE
+    return tl.load(p_pe[:, None] + o_p[None, :], mask=m_n[:, None], other=0.0).to(DTYPE)
 
 
 @triton.jit
@@ -85,3 +85,28 @@ def mma(a, b, UPCAST: tl.constexpr):
     if UPCAST:
         return tl.dot(a.to(tl.float32), b.to(tl.float32))
     return tl.dot(a, b)
+
+
+@triton.jit
+def tile_scores(b_q, b_k, b_c, FP8: tl.constexpr, UPCAST: tl.constexpr):
+    """``q_tile . k_tile^T`` [BLOCK_H, BLOCK_N], times the rows' fp8 scales when FP8."""
+    b_s = mma(b_q, tl.trans(b_k), UPCAST)
+    if FP8:
+        b_s = b_s * b_c[None, :]
+    return b_s
+
+
+@triton.jit
+def tile_update(b_acc, b_alpha, b_p, b_k, b_c, FP8: tl.constexpr, UPCAST: tl.constexpr):
+    """One output tile's online-softmax update: ``acc * alpha + (p [* scale]) @ v_tile``."""
+    if FP8:
+        b_p = b_p * b_c[None, :]
+    return b_acc * b_alpha[:, None] + mma(b_p.to(b_k.dtype), b_k, UPCAST)
+
+
+@triton.jit
+def sink_factor(b_lse2, b_sink):
+    """``exp(lse) / (exp(lse) + exp(sink))`` from a base-2 lse; 0 for an empty row (lse -inf)."""
+    b_lse = b_lse2 * LN2
+    f = 1.0 / (1.0 + tl.exp(b_sink - b_lse))
+    return tl.where(b_lse2 == float("-inf"), 0.0, f)

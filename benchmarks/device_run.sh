@@ -17,10 +17,11 @@ python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', tr
 for s in $steps; do
   echo "=== $s $(date -u +%T)"
   case $s in
-    tests) timeout 300 python3 -m pytest -q tests --ignore=tests/vllm -p no:cacheprovider 2>&1 | tee "$OUT/tests.log" | tail -5 ;;
+    tests) timeout 200 python3 -m pytest -q tests --ignore=tests/vllm -p no:cacheprovider 2>&1 | tee "$OUT/tests.log" | tail -5 ;;
     sanitizer) timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 python3 benchmarks/sanitize_case.py 2>&1 | tee "$OUT/sanitizer.log" | tail -15 ;;
     sweep) timeout 400 python3 benchmarks/sweep.py "$OUT/sweep.json" > "$OUT/sweep.log" 2>&1; grep BEST "$OUT/sweep.log" ;;
-    bench) timeout 400 python3 -m triton_sparse_mla.cli bench --phase decode --json "$OUT/bench-decode.json" 2> "$OUT/bench-decode.err" | tee "$OUT/bench-decode.log" ;;
-    prefill) timeout 400 python3 -m triton_sparse_mla.cli bench --phase prefill --preset all --json "$OUT/bench-prefill.json" 2> "$OUT/bench-prefill.err" | tee "$OUT/bench-prefill.log" ;;
+    fp8sweep) timeout 200 python3 benchmarks/sweep.py "$OUT/sweep-fp8.json" --fp8 2>&1 | tee "$OUT/sweep-fp8.log" | grep FP8 ;;
+    bench) timeout 300 python3 -m triton_sparse_mla.cli bench --phase decode --json "$OUT/bench-decode.json" 2> "$OUT/bench-decode.err" | tee "$OUT/bench-decode.log" ;;
+    prefill) timeout 240 python3 -m triton_sparse_mla.cli bench --phase prefill --preset all --json "$OUT/bench-prefill.json" 2> "$OUT/bench-prefill.err" | tee "$OUT/bench-prefill.log" ;;
   esac
 done

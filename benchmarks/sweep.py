@@ -30,7 +30,18 @@ WORKLOADS = [
 ]
 
 
+# fp8 operand variants: (tile, hw_cvt) with q-dtype (bf16) or fp16 tensor-core operands.
+FP8_VARIANTS = [
+    (T(16, 32, 4, 2), True), (T(16, 32, 4, 2, True), True), (T(16, 32, 4, 2), False),
+    (T(16, 64, 4, 2, True), True), (T(64, 32, 8, 2), True), (T(64, 32, 8, 2, True), True),
+]
+FP8_WORKLOADS = [Workload("decode", 128, 16, "fp8_ds_mla"), Workload("decode", 128, 64, "fp8_ds_mla"),
+                 Workload("decode", 1, 16, "fp8_ds_mla")]
+
+
 def main(path):
+    if "--fp8" in sys.argv:
+        return main_fp8(path)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     caches = Caches()
     records = []
@@ -68,6 +79,29 @@ def main(path):
         best = min((r for r in rows if r["us"] is not None and r["us"] == r["us"]), key=lambda r: r["us"] if r["tile"] != "FlashMLA" else 1e30, default=None)
         print(f"BEST {w.name:36} {best} FlashMLA {fm_us}", flush=True)
         records += rows
+    with open(path, "w") as f:
+        json.dump(records, f, indent=1)
+
+
+def main_fp8(path):
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    caches = Caches()
+    records = []
+    for w in FP8_WORKLOADS:
+        q, kv, idx, lengths = make_inputs(w, caches)
+        out = torch.empty(w.t, w.h, 512, device="cuda", dtype=torch.bfloat16)
+        for tile, hw in FP8_VARIANTS:
+            if tile.block_h > max(16, triton.next_power_of_2(w.h)):
+                continue
+            splits = configs.choose_splits(w.t, triton.cdiv(w.h, tile.block_h), w.k, tile.block_n, sms)
+            plan = configs.LaunchPlan(tile, splits, hw_cvt=hw)
+            fn = lambda: api._run(q[..., :512], q[..., 512:], kv, idx, lengths, None, 576 ** -0.5,  # noqa: E731
+                                  out, None, family=None, sm_count=None, hw_cvt=hw, fp8=True, plan=plan)
+            k = fn()
+            us = time_us(fn)
+            records.append(dict(workload=w.name, tile=str(tile), hw_cvt=hw, us=us, regs=k.n_regs,
+                                spills=k.n_spills, smem=k.metadata.shared))
+            print(f"FP8 {w.name:36} {tile} hw_cvt={hw} splits={splits} {us:8.1f} us regs={k.n_regs} spills={k.n_spills}", flush=True)
     with open(path, "w") as f:
         json.dump(records, f, indent=1)
 

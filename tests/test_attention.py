@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+import triton
 
 from problems import assert_close, make_problem
 from triton_sparse_mla import sparse_mla_attention, sparse_mla_reference
@@ -71,25 +72,44 @@ def test_three_dim_cache_and_indices(device):
     assert_close(out, None, ref_out, ref_lse, rtol_norm=TOL["fp8_ds_mla"])
 
 
-@pytest.mark.parametrize("family", sorted(configs.CONFIGS))
-@pytest.mark.parametrize("phase", ["decode", "prefill"])
-@pytest.mark.parametrize("fmt", ["bf16", "fp8_ds_mla"])
-def test_every_shipped_config(family, phase, fmt, device):
-    """Each table entry (as its architecture would run it) matches the reference, split and not."""
+SHIPPED = sorted({(kind, tile) for family in configs.CONFIGS
+                  for _, kind, tile in configs.all_tiles(family)}, key=str)
+
+
+@pytest.mark.parametrize("kind, tile", [
+    pytest.param(kind, tile, id=f"{kind}-{tile.block_h}x{tile.block_n}-w{tile.num_warps}-s{tile.num_stages}"
+                 + ("-f16" if tile.fp16_operands else "")) for kind, tile in SHIPPED])
+def test_every_shipped_config(kind, tile, device):
+    """Each distinct tile of every family's table (as its architecture runs it; on a GPU the
+    99 KB and 163 KB tiles run here too) matches the reference, split and not."""
+    fmt = "fp8_ds_mla" if kind == "fp8" else "bf16"
     prob = make_problem(t=3, h=20, k=100, n=300, fmt=fmt, device=device, topk_length="partial",
                         sink=True)
-    tile = configs.CONFIGS[family][(phase, "fp8" if fmt == "fp8_ds_mla" else "plain")]
     ref_out, ref_lse = sparse_mla_reference(prob.q, prob.kv, prob.indices, prob.sm_scale,
                                             topk_length=prob.topk_length, attn_sink=prob.attn_sink)
     q_nope, q_pe = api._split_query(prob.q)
+    hw_cvt = device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 9)
     for splits in (1, 3):
         out = torch.empty(3, 20, 512, dtype=torch.bfloat16, device=device)
         lse = torch.empty(3, 20, dtype=torch.float32, device=device)
-        plan = configs.LaunchPlan(tile=tile, splits=splits, hw_cvt=False)
+        plan = configs.LaunchPlan(tile=tile, splits=splits, hw_cvt=hw_cvt)
         api._run(q_nope, q_pe, prob.kv, prob.indices, prob.topk_length, prob.attn_sink,
-                 prob.sm_scale, out, lse, family=family, sm_count=1, hw_cvt=False,
+                 prob.sm_scale, out, lse, family=None, sm_count=1, hw_cvt=hw_cvt,
                  fp8=fmt == "fp8_ds_mla", plan=plan)
         assert_close(out, lse, ref_out, ref_lse, rtol_norm=TOL[fmt])
+
+
+def test_plan_depends_on_shapes_only():
+    """Launch plans cover every head count and phase, and stay within the tiles' rules."""
+    for family in configs.CONFIGS:
+        for t in (1, 8, 9, 512, 513, 4096):
+            for h in (1, 8, 16, 20, 32, 64, 128):
+                for fp8 in (False, True):
+                    plan = configs.plan_launch(family, 132, True, t_count=t, h_count=h, topk=2048, fp8=fp8)
+                    assert 16 <= plan.tile.block_h <= max(16, triton.next_power_of_2(h))
+                    assert 1 <= plan.splits <= 2048 // (plan.tile.block_n * configs.MIN_TILES_PER_SPLIT)
+                    if t * -(-h // plan.tile.block_h) >= 2 * 132:
+                        assert plan.splits == 1
 
 
 def test_empty_topk_and_no_tokens(device):

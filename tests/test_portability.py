@@ -20,8 +20,9 @@ def test_all_configs_compile_and_fit():
     assert not bad, json.dumps(bad, indent=1)[:4000]
     targets = {r["target"] for r in records}
     assert targets == {"sm80", "sm86", "sm89", "sm90", "sm100", "sm120"}
-    for family, table in configs.CONFIGS.items():
-        for key in table:
-            hits = [r for r in records if r["family"] == family and r["config"] == "/".join(key)]
+    for family in configs.CONFIGS:
+        for phase, kind, tile in configs.all_tiles(family):
+            key = f"{phase}/{kind}/{tile.block_h}x{tile.block_n}"
+            hits = [r for r in records if r["family"] == family and r["config"] == key]
             assert hits and all(r["shared"] <= configs.SMEM_LIMIT[family] for r in hits)
     assert proc.returncode == 0

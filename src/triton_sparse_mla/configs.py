@@ -5,14 +5,12 @@ values or lengths, so a CUDA graph captured around a call stays valid when indic
 
 Families and their shared-memory limit per block:
 
-* ``sm90``: SM90 (H100/H200) and SM100, 227 KB.
+* ``sm90``: SM90 (H100/H200), 227 KB.
+* ``sm100``: SM100/SM103 (B200/B300), 227 KB.
 * ``sm80``: SM80 (A100), 163 KB.
 * ``sm86``: SM86, SM87, SM89, SM120, SM121 (RTX 30xx/40xx/50xx, RTX PRO 6000, GB10), 99 KB.
 
-Provenance: the ``sm90`` tables were measured on an H200 (see BENCHMARKS.md for the sweep);
-the ``sm80`` and ``sm86`` tables were not measured on their GPUs (none is available): they are
-the ``sm90`` shapes cut down until the compiled kernels fit the family's shared memory, which
-``tests/test_portability.py`` checks by compiling every entry for every target.
+Provenance is noted above each table.
 """
 
 from __future__ import annotations
@@ -26,12 +24,14 @@ import triton
 
 @dataclass(frozen=True)
 class TileConfig:
-    """Tile shape of the main kernel: heads and rows per tile, warps, pipeline stages."""
+    """Tile shape of the main kernel: heads and rows per tile, warps, pipeline stages; and
+    whether fp8_ds_mla rows feed the tensor cores as fp16 (else as q's dtype)."""
 
     block_h: int
     block_n: int
     num_warps: int
     num_stages: int
+    fp16_operands: bool = False
 
 
 @dataclass(frozen=True)
@@ -43,47 +43,84 @@ class LaunchPlan:
     hw_cvt: bool
 
 
-SMEM_LIMIT = {"sm90": 227 * 1024, "sm80": 163 * 1024, "sm86": 99 * 1024}
+SMEM_LIMIT = {"sm90": 227 * 1024, "sm100": 227 * 1024, "sm80": 163 * 1024, "sm86": 99 * 1024}
 
 # The compile targets checked for each family (capability as major*10 + minor).
-FAMILY_TARGETS = {"sm90": (90, 100), "sm80": (80,), "sm86": (86, 89, 120)}
+FAMILY_TARGETS = {"sm90": (90,), "sm100": (100,), "sm80": (80,), "sm86": (86, 89, 120)}
 
-# Keys: (phase, format kind). Phase "decode" is T <= PREFILL_MIN_TOKENS, "prefill" above.
-# Format kind "plain" is bf16/fp16 rows, "fp8" is fp8_ds_mla.
-CONFIGS = {
-    "sm90": {
-        ("decode", "plain"): TileConfig(block_h=64, block_n=32, num_warps=8, num_stages=2),
-        ("decode", "fp8"): TileConfig(block_h=64, block_n=32, num_warps=8, num_stages=2),
-        ("prefill", "plain"): TileConfig(block_h=64, block_n=32, num_warps=8, num_stages=2),
-        ("prefill", "fp8"): TileConfig(block_h=64, block_n=32, num_warps=8, num_stages=2),
-    },
-    "sm80": {
-        ("decode", "plain"): TileConfig(block_h=64, block_n=32, num_warps=8, num_stages=2),
-        ("decode", "fp8"): TileConfig(block_h=64, block_n=32, num_warps=8, num_stages=2),
-        ("prefill", "plain"): TileConfig(block_h=64, block_n=32, num_warps=8, num_stages=2),
-        ("prefill", "fp8"): TileConfig(block_h=64, block_n=32, num_warps=8, num_stages=2),
-    },
-    "sm86": {
-        ("decode", "plain"): TileConfig(block_h=32, block_n=16, num_warps=4, num_stages=2),
-        ("decode", "fp8"): TileConfig(block_h=32, block_n=16, num_warps=4, num_stages=2),
-        ("prefill", "plain"): TileConfig(block_h=32, block_n=16, num_warps=4, num_stages=2),
-        ("prefill", "fp8"): TileConfig(block_h=32, block_n=16, num_warps=4, num_stages=2),
-    },
+# Phases: "latency" (T <= LATENCY_MAX_TOKENS: few tokens, so many small programs win),
+# "decode" (T <= DECODE_MAX_TOKENS) and "prefill". Format kinds: "plain" (bf16/fp16 rows) and
+# "fp8" (fp8_ds_mla). Each entry lists (largest head count, tile) pairs; the first whose head
+# count covers H applies.
+LATENCY_MAX_TOKENS = 8
+DECODE_MAX_TOKENS = 512
+_ANY = 1 << 30
+C = TileConfig
+
+# sm90: measured on an H200 (132 SMs, torch 2.11, Triton 3.6) on 2026-11-29 by
+# benchmarks/sweep.py (BENCHMARKS.md, "tuning sweep"): per workload the fastest candidate.
+_SM90 = {
+    ("latency", "plain"): ((_ANY, C(16, 64, 4, 2)),),
+    ("latency", "fp8"): ((_ANY, C(16, 32, 4, 2)),),
+    ("decode", "plain"): ((16, C(16, 64, 4, 3)), (32, C(32, 64, 4, 2)), (_ANY, C(64, 64, 8, 2))),
+    ("decode", "fp8"): ((16, C(16, 32, 4, 2)), (32, C(32, 32, 4, 2)), (64, C(64, 32, 8, 2)),
+                        (_ANY, C(64, 32, 8, 3))),
+    ("prefill", "plain"): ((16, C(16, 64, 4, 2)), (32, C(32, 64, 4, 2)), (_ANY, C(64, 64, 8, 2))),
+    ("prefill", "fp8"): ((16, C(16, 32, 4, 2)), (32, C(32, 32, 4, 2)), (_ANY, C(64, 32, 8, 2))),
 }
+# sm80 (163 KB), sm86 (99 KB) and sm100: not measured on their GPUs (none is available here).
+# They are the sm90 shapes, cut down where the compiled kernel overflows the family's shared
+# memory (tests/test_portability.py compiles every entry for every target). sm100 compiles to a
+# different matrix path whose buffers are larger, hence its smaller row tiles.
+_SMALL_SMEM = {
+    ("latency", "plain"): ((_ANY, C(16, 64, 4, 2)),),
+    ("latency", "fp8"): ((_ANY, C(16, 32, 4, 2)),),
+    ("decode", "plain"): ((16, C(16, 64, 4, 2)), (_ANY, C(32, 32, 4, 2))),
+    ("decode", "fp8"): ((16, C(16, 32, 4, 2)), (_ANY, C(32, 32, 4, 2))),
+    ("prefill", "plain"): ((16, C(16, 64, 4, 2)), (_ANY, C(32, 32, 4, 2))),
+    ("prefill", "fp8"): ((16, C(16, 32, 4, 2)), (_ANY, C(32, 32, 4, 2))),
+}
+_SM80 = {
+    **_SMALL_SMEM,
+    ("decode", "plain"): ((16, C(16, 64, 4, 2)), (32, C(32, 32, 4, 2)), (_ANY, C(64, 32, 8, 2))),
+    ("decode", "fp8"): ((16, C(16, 32, 4, 2)), (32, C(32, 32, 4, 2)), (_ANY, C(64, 32, 8, 2))),
+    ("prefill", "plain"): ((16, C(16, 64, 4, 2)), (32, C(32, 32, 4, 2)), (_ANY, C(64, 32, 8, 2))),
+    ("prefill", "fp8"): ((16, C(16, 32, 4, 2)), (32, C(32, 32, 4, 2)), (_ANY, C(64, 32, 8, 2))),
+}
+_SM100 = {
+    **_SMALL_SMEM,
+    ("decode", "plain"): ((16, C(16, 32, 4, 2)), (32, C(32, 32, 4, 2)), (_ANY, C(64, 16, 8, 2))),
+    ("decode", "fp8"): ((16, C(16, 32, 4, 2)), (32, C(32, 32, 4, 2)), (_ANY, C(64, 16, 8, 2))),
+    ("prefill", "plain"): ((16, C(16, 32, 4, 2)), (32, C(32, 32, 4, 2)), (_ANY, C(64, 16, 8, 2))),
+    ("prefill", "fp8"): ((16, C(16, 32, 4, 2)), (32, C(32, 32, 4, 2)), (_ANY, C(64, 16, 8, 2))),
+    ("latency", "plain"): ((_ANY, C(16, 32, 4, 2)),),
+}
+CONFIGS = {"sm90": _SM90, "sm100": _SM100, "sm80": _SM80, "sm86": _SMALL_SMEM}
 
-PREFILL_MIN_TOKENS = 513
 # Split-K aims at this many programs per SM, and keeps at least this many tiles per split.
-PROGRAMS_PER_SM = 2
+PROGRAMS_PER_SM = 1
 MIN_TILES_PER_SPLIT = 2
 # The interpreter has no SMs; a small count makes CPU tests exercise the split path.
 INTERPRETER_SM_COUNT = 4
 
 
+def all_tiles(family: str):
+    """Every distinct (phase, kind, tile) of a family, for compile checks and tests."""
+    seen = []
+    for (phase, kind), entries in sorted(CONFIGS[family].items()):
+        for _, tile in entries:
+            if (phase, kind, tile) not in seen:
+                seen.append((phase, kind, tile))
+    return seen
+
+
 def family_of(capability: tuple[int, int]) -> str:
     """Map a CUDA compute capability to its configuration family."""
     major, minor = capability
-    if major >= 9 and major < 12:
+    if major == 9:
         return "sm90"
+    if major in (10, 11):
+        return "sm100"
     if (major, minor) == (8, 0):
         return "sm80"
     if major == 8 or major == 12:
@@ -109,14 +146,27 @@ def choose_splits(t_count: int, h_tiles: int, topk: int, block_n: int, sm_count:
     return max(1, min(wanted, most))
 
 
+def pick_tile(family: str, *, t_count: int, h_count: int, fp8: bool) -> TileConfig:
+    """The table entry for these shapes (before trimming BLOCK_H to the head count)."""
+    if t_count <= LATENCY_MAX_TOKENS:
+        phase = "latency"
+    elif t_count <= DECODE_MAX_TOKENS:
+        phase = "decode"
+    else:
+        phase = "prefill"
+    for max_heads, tile in CONFIGS[family][(phase, "fp8" if fp8 else "plain")]:
+        if h_count <= max_heads:
+            return tile
+    raise AssertionError("every table ends with an entry for any head count")
+
+
 def plan_launch(family: str, sm_count: int, hw_cvt: bool, *, t_count: int, h_count: int,
                 topk: int, fp8: bool) -> LaunchPlan:
     """Pick the tile, split count and fp8 decode path for one call."""
-    phase = "prefill" if t_count >= PREFILL_MIN_TOKENS else "decode"
-    tile = CONFIGS[family][(phase, "fp8" if fp8 else "plain")]
+    tile = pick_tile(family, t_count=t_count, h_count=h_count, fp8=fp8)
     # Never tile more heads than exist (beyond the 16 rows tl.dot needs).
     block_h = min(tile.block_h, max(16, triton.next_power_of_2(h_count)))
     if block_h != tile.block_h:
-        tile = TileConfig(block_h, tile.block_n, tile.num_warps, tile.num_stages)
+        tile = TileConfig(block_h, tile.block_n, tile.num_warps, tile.num_stages, tile.fp16_operands)
     splits = choose_splits(t_count, triton.cdiv(h_count, block_h), topk, tile.block_n, sm_count)
     return LaunchPlan(tile=tile, splits=splits, hw_cvt=hw_cvt)

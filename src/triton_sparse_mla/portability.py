@@ -15,6 +15,7 @@ import json
 import sys
 
 import triton
+import triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
@@ -57,7 +58,8 @@ def _main_kernel_variants(tile: configs.TileConfig, cap: int, fp8: bool):
             types.update({n: "i32" for n in ints})
             constexprs = dict(D_PE=d_pe, FP8=fp8, HW_CVT=fp8 and cap >= 89, HAS_LEN=True,
                               HAS_SINK=True, PARTIAL=partial, BLOCK_H=tile.block_h,
-                              BLOCK_N=tile.block_n, UPCAST_DOT=False)
+                              BLOCK_N=tile.block_n, UPCAST_DOT=False,
+                              DTYPE=tl.float16 if fp8 and tile.fp16_operands else tl.bfloat16)
             # Rows of 576 bf16 values and of 656 bytes both keep 16-byte alignment.
             divisible = {n for n in types if n.endswith("_ptr")} | {
                 n for n in ints if n.startswith("stride_")}
@@ -84,9 +86,9 @@ def check_all(families=None) -> list[dict]:
         limit = configs.SMEM_LIMIT[family]
         for cap in configs.FAMILY_TARGETS[family]:
             jobs = []
-            for (phase, kind), tile in sorted(configs.CONFIGS[family].items()):
+            for phase, kind, tile in configs.all_tiles(family):
                 for v in _main_kernel_variants(tile, cap, kind == "fp8"):
-                    jobs.append((f"{phase}/{kind}", v))
+                    jobs.append((f"{phase}/{kind}/{tile.block_h}x{tile.block_n}", v))
             jobs.append(("combine", _combine_variant()))
             for key, (label, kernel, types, constexprs, divisible, warps, stages) in jobs:
                 rec = dict(family=family, target=f"sm{cap}", config=key, variant=label,
@@ -108,11 +110,11 @@ def main(argv=None) -> int:
     if "--json" in argv:
         print(json.dumps(records, indent=1))
     else:
-        print(f"{'family':7} {'target':6} {'config':16} {'variant':24} {'smem KB':>8} {'limit':>6}  verdict")
+        print(f"{'family':7} {'target':6} {'config':22} {'variant':24} {'smem KB':>8} {'limit':>6}  verdict")
         for r in records:
             smem = "-" if r["shared"] is None else f"{r['shared'] / 1024:.1f}"
             verdict = "ok" if r["ok"] else ("FAIL " + (r["error"] or "over limit"))
-            print(f"{r['family']:7} {r['target']:6} {r['config']:16} {r['variant']:24} {smem:>8} "
+            print(f"{r['family']:7} {r['target']:6} {r['config']:22} {r['variant']:24} {smem:>8} "
                   f"{r['limit'] // 1024:>6}  {verdict}")
     return 0 if all(r["ok"] for r in records) else 1
 

@@ -48,6 +48,7 @@ def sparse_mla_fwd_kernel(
     D_PE: tl.constexpr, FP8: tl.constexpr, HW_CVT: tl.constexpr,
     HAS_LEN: tl.constexpr, HAS_SINK: tl.constexpr, PARTIAL: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, UPCAST_DOT: tl.constexpr,
+    DTYPE: tl.constexpr,
 ):
     tl.static_assert(BLOCK_N >= 16, "tl.dot needs at least 16 rows per tile")
     tl.static_assert(BLOCK_H >= 16, "tl.dot needs at least 16 heads per tile (pad in registers)")
@@ -58,15 +59,16 @@ def sparse_mla_fwd_kernel(
     o_h = i_h * BLOCK_H + tl.arange(0, BLOCK_H)
     m_h = o_h < n_heads
     p_qn = q_nope_ptr + i_t * stride_qn_t + o_h * stride_qn_h  # [BLOCK_H]
-    b_q0 = _load_q_tile(p_qn, m_h, 0)
-    b_q1 = _load_q_tile(p_qn, m_h, 1)
-    b_q2 = _load_q_tile(p_qn, m_h, 2)
-    b_q3 = _load_q_tile(p_qn, m_h, 3)
-    DTYPE: tl.constexpr = q_nope_ptr.dtype.element_ty
+    # DTYPE is the tensor-core operand type: q's dtype, or fp16 for fp8 rows when the config
+    # asks (e4m3 -> fp16 is one instruction per two values; e4m3 -> bf16 is not).
+    b_q0 = _load_q_tile(p_qn, m_h, 0).to(DTYPE)
+    b_q1 = _load_q_tile(p_qn, m_h, 1).to(DTYPE)
+    b_q2 = _load_q_tile(p_qn, m_h, 2).to(DTYPE)
+    b_q3 = _load_q_tile(p_qn, m_h, 3).to(DTYPE)
     if D_PE > 0:
         o_p = tl.arange(0, D_PE)
         p_qp = q_pe_ptr + i_t * stride_qp_t + o_h[:, None] * stride_qp_h + o_p[None, :]
-        b_qp = tl.load(p_qp, mask=m_h[:, None], other=0.0)  # [BLOCK_H, D_PE]
+        b_qp = tl.load(p_qp, mask=m_h[:, None], other=0.0).to(DTYPE)  # [BLOCK_H, D_PE]
 
     n_start = i_s * split_size
     n_end = tl.minimum(n_start + split_size, topk)
@@ -127,7 +129,8 @@ def sparse_mla_fwd_kernel(
 
 
 def launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, out, lse,
-                          *, fp8, hw_cvt, block_h, block_n, num_warps, num_stages, splits):
+                          *, fp8, hw_cvt, block_h, block_n, num_warps, num_stages, splits,
+                          fp16_operands=False):
     """Launch the kernel (and the combine step when ``splits > 1``); return the compiled main kernel.
 
     Shapes: ``q_nope [T, H, 512]``, ``q_pe [T, H, D_PE]`` or None, ``kv [N, C]``,
@@ -153,6 +156,7 @@ def launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_
         stride_kv=kv.stride(0), stride_idx_t=indices.stride(0),
         D_PE=d_pe, FP8=fp8, HW_CVT=hw_cvt,
         HAS_LEN=topk_length is not None, HAS_SINK=attn_sink is not None,
+        DTYPE=tl.float16 if (fp8 and fp16_operands) or q_nope.dtype == torch.float16 else tl.bfloat16,
         BLOCK_H=block_h, BLOCK_N=block_n, UPCAST_DOT=os.environ.get("TRITON_INTERPRET") == "1",
         num_warps=num_warps, num_stages=num_stages,
     )

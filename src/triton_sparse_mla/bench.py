@@ -217,17 +217,16 @@ def run_bench(workloads, json_path=None, plot_path=None, baseline=True) -> dict:
     print(f"ceilings: copy {ceilings['copy_GBps']:.0f} GB/s, bf16 matmul {ceilings['matmul_TFLOPs']:.0f} TFLOP/s",
           flush=True)
     caches = Caches()
-    results = []
+    record = {"header": head, "ceilings": ceilings, "results": []}
     for i, w in enumerate(workloads):
         print(f"[{i + 1}/{len(workloads)}] {w.name}", file=sys.stderr, flush=True)
-        results.append(run_workload(w, caches, ceilings, baseline=baseline))
+        record["results"].append(asdict(run_workload(w, caches, ceilings, baseline=baseline)))
+        if json_path:  # after every workload, so an interrupted run keeps what it measured
+            with open(json_path, "w") as f:
+                json.dump(record, f, indent=1)
     print(TABLE_HEAD)
-    for r in results:
-        print(format_row(r))
-    record = {"header": head, "ceilings": ceilings, "results": [asdict(r) for r in results]}
-    if json_path:
-        with open(json_path, "w") as f:
-            json.dump(record, f, indent=1)
+    for r in record["results"]:
+        print(format_row(Result(**r)))
     if plot_path:
         plot_roofline(record, plot_path)
     return record

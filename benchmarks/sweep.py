@@ -30,10 +30,10 @@ WORKLOADS = [
 ]
 
 
-# fp8 operand variants: (tile, hw_cvt) with q-dtype (bf16) or fp16 tensor-core operands.
+# fp8 operand variants: (tile, fp8_cvt) with q-dtype (bf16) or fp16 tensor-core operands.
 FP8_VARIANTS = [
-    (T(16, 32, 4, 2), True), (T(16, 32, 4, 2, True), True), (T(16, 32, 4, 2), False),
-    (T(16, 64, 4, 2, True), True), (T(64, 32, 8, 2), True), (T(64, 32, 8, 2, True), True),
+    (T(16, 32, 4, 2), 2), (T(16, 32, 4, 2, True), 2), (T(16, 32, 4, 2), 0),
+    (T(16, 64, 4, 2, True), 2), (T(64, 32, 8, 2), 2), (T(64, 32, 8, 2, True), 2),
 ]
 FP8_WORKLOADS = [Workload("decode", 128, 16, "fp8_ds_mla"), Workload("decode", 128, 64, "fp8_ds_mla"),
                  Workload("decode", 1, 16, "fp8_ds_mla")]
@@ -56,9 +56,9 @@ def main(path):
             for per_sm in ((1, 2) if w.t == 1 else (1,)):
                 configs.PROGRAMS_PER_SM = per_sm
                 splits = configs.choose_splits(w.t, triton.cdiv(w.h, tile.block_h), w.k, tile.block_n, sms)
-                plan = configs.LaunchPlan(tile, splits, hw_cvt=True)
+                plan = configs.LaunchPlan(tile, splits, fp8_cvt=2)
                 fn = lambda: api._run(q[..., :512], q[..., 512:], kv, idx, lengths, None, 576 ** -0.5,  # noqa: E731
-                                      out, None, family=None, sm_count=None, hw_cvt=True, fp8=fp8, plan=plan)
+                                      out, None, family=None, sm_count=None, fp8_cvt=2, fp8=fp8, plan=plan)
                 try:
                     k = fn()
                     us = time_us(fn)
@@ -94,14 +94,14 @@ def main_fp8(path):
             if tile.block_h > max(16, triton.next_power_of_2(w.h)):
                 continue
             splits = configs.choose_splits(w.t, triton.cdiv(w.h, tile.block_h), w.k, tile.block_n, sms)
-            plan = configs.LaunchPlan(tile, splits, hw_cvt=hw)
+            plan = configs.LaunchPlan(tile, splits, fp8_cvt=hw)
             fn = lambda: api._run(q[..., :512], q[..., 512:], kv, idx, lengths, None, 576 ** -0.5,  # noqa: E731
-                                  out, None, family=None, sm_count=None, hw_cvt=hw, fp8=True, plan=plan)
+                                  out, None, family=None, sm_count=None, fp8_cvt=hw, fp8=True, plan=plan)
             k = fn()
             us = time_us(fn)
-            records.append(dict(workload=w.name, tile=str(tile), hw_cvt=hw, us=us, regs=k.n_regs,
+            records.append(dict(workload=w.name, tile=str(tile), fp8_cvt=hw, us=us, regs=k.n_regs,
                                 spills=k.n_spills, smem=k.metadata.shared))
-            print(f"FP8 {w.name:36} {tile} hw_cvt={hw} splits={splits} {us:8.1f} us regs={k.n_regs} spills={k.n_spills}", flush=True)
+            print(f"FP8 {w.name:36} {tile} fp8_cvt={hw} splits={splits} {us:8.1f} us regs={k.n_regs} spills={k.n_spills}", flush=True)
     with open(path, "w") as f:
         json.dump(records, f, indent=1)
 

@@ -88,13 +88,14 @@ def test_every_shipped_config(kind, tile, device):
     ref_out, ref_lse = sparse_mla_reference(prob.q, prob.kv, prob.indices, prob.sm_scale,
                                             topk_length=prob.topk_length, attn_sink=prob.attn_sink)
     q_nope, q_pe = api._split_query(prob.q)
-    hw_cvt = device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 9)
+    fp8_cvt = (configs.fp8_cvt_level(torch.cuda.get_device_capability(device))
+               if device.type == "cuda" else 0)
     for splits in (1, 3):
         out = torch.empty(3, 20, 512, dtype=torch.bfloat16, device=device)
         lse = torch.empty(3, 20, dtype=torch.float32, device=device)
-        plan = configs.LaunchPlan(tile=tile, splits=splits, hw_cvt=hw_cvt)
+        plan = configs.LaunchPlan(tile=tile, splits=splits, fp8_cvt=fp8_cvt)
         api._run(q_nope, q_pe, prob.kv, prob.indices, prob.topk_length, prob.attn_sink,
-                 prob.sm_scale, out, lse, family=None, sm_count=1, hw_cvt=hw_cvt,
+                 prob.sm_scale, out, lse, family=None, sm_count=1, fp8_cvt=fp8_cvt,
                  fp8=fmt == "fp8_ds_mla", plan=plan)
         assert_close(out, lse, ref_out, ref_lse, rtol_norm=TOL[fmt])
 
@@ -119,3 +120,21 @@ def test_empty_topk_and_no_tokens(device):
     q0 = prob.q[:0]
     out0 = sparse_mla_attention(q0, prob.kv, prob.indices[:0], 0.1)
     assert out0.shape == (0, 8, 512)
+
+
+@pytest.mark.parametrize("level", [0, 1, 2], ids=["int-decode", "cvt-f32", "cvt-direct"])
+def test_fp8_conversion_paths(level, device):
+    """Each way of turning e4m3 bytes into operands (SM80/86, SM89, SM90+) matches the
+    reference; on an SM90+ GPU all three run, so the older architectures' paths are exercised."""
+    if level > 0 and (device.type != "cuda" or configs.fp8_cvt_level(torch.cuda.get_device_capability(device)) < level):
+        pytest.skip("this conversion needs a newer GPU")
+    prob = make_problem(t=3, h=16, k=100, n=300, fmt="fp8_ds_mla", device=device, topk_length="partial")
+    ref_out, ref_lse = sparse_mla_reference(prob.q, prob.kv, prob.indices, prob.sm_scale,
+                                            topk_length=prob.topk_length)
+    q_nope, q_pe = api._split_query(prob.q)
+    out = torch.empty(3, 16, 512, dtype=torch.bfloat16, device=device)
+    lse = torch.empty(3, 16, dtype=torch.float32, device=device)
+    plan = configs.LaunchPlan(tile=configs.TileConfig(16, 32, 4, 2), splits=2, fp8_cvt=level)
+    api._run(q_nope, q_pe, prob.kv, prob.indices, prob.topk_length, None, prob.sm_scale, out, lse,
+             family=None, sm_count=1, fp8_cvt=level, fp8=True, plan=plan)
+    assert_close(out, lse, ref_out, ref_lse, rtol_norm=TOL["fp8_ds_mla"])

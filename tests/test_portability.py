@@ -10,12 +10,13 @@ import sys
 from triton_sparse_mla import configs
 
 
-def test_all_configs_compile_and_fit():
+def test_all_configs_compile_and_fit(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, "-m", "triton_sparse_mla.portability", "--json"],
+    out = tmp_path / "records.json"
+    proc = subprocess.run([sys.executable, "-m", "triton_sparse_mla.portability", "--json", str(out)],
                           env=env, capture_output=True, text=True, timeout=1200)
-    assert proc.stdout, proc.stderr[-2000:]
-    records = json.loads(proc.stdout)
+    assert out.exists(), proc.stderr[-2000:]
+    records = json.loads(out.read_text())
     bad = [r for r in records if not r["ok"]]
     assert not bad, json.dumps(bad, indent=1)[:4000]
     targets = {r["target"] for r in records}

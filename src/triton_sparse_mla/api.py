@@ -161,9 +161,9 @@ def sparse_mla_attention(q, kv, indices, sm_scale, *, topk_length=None, attn_sin
     lse = torch.empty(t_count, h_count, dtype=torch.float32, device=device) if return_lse else None
 
     if device.type == "cuda":
-        family, sm_count, hw_cvt = configs.device_traits(device.index if device.index is not None else torch.cuda.current_device())
+        family, sm_count, fp8_cvt = configs.device_traits(device.index if device.index is not None else torch.cuda.current_device())
     elif device.type == "cpu" and _interpreting():
-        family, sm_count, hw_cvt = "sm90", configs.INTERPRETER_SM_COUNT, False
+        family, sm_count, fp8_cvt = "sm90", configs.INTERPRETER_SM_COUNT, 0
     else:
         raise ValueError(
             f"q: expected CUDA tensors (or CPU tensors with TRITON_INTERPRET=1), got device {device}"
@@ -171,12 +171,12 @@ def sparse_mla_attention(q, kv, indices, sm_scale, *, topk_length=None, attn_sin
 
     if t_count > 0:
         _run(q_nope, q_pe, kv, indices, topk_length, attn_sink, float(sm_scale), out, lse,
-             family=family, sm_count=sm_count, hw_cvt=hw_cvt, fp8=fp8)
+             family=family, sm_count=sm_count, fp8_cvt=fp8_cvt, fp8=fp8)
     return (out, lse) if return_lse else out
 
 
 def _run(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, out, lse, *,
-         family, sm_count, hw_cvt, fp8, plan=None):
+         family, sm_count, fp8_cvt, fp8, plan=None):
     """Plan (unless given) and launch on validated inputs; return the compiled main kernel.
 
     Tests and the tuning sweep pass ``plan`` to pin a configuration.
@@ -189,12 +189,12 @@ def _run(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, out, lse, 
             lse.fill_(float("-inf"))
         return
     if plan is None:
-        plan = configs.plan_launch(family, sm_count, hw_cvt, t_count=t_count, h_count=h_count,
+        plan = configs.plan_launch(family, sm_count, fp8_cvt, t_count=t_count, h_count=h_count,
                                    topk=topk, fp8=fp8)
     tile = plan.tile
     return launch_sparse_mla_fwd(
         q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, out, lse,
-        fp8=fp8, hw_cvt=plan.hw_cvt, block_h=tile.block_h, block_n=tile.block_n,
+        fp8=fp8, fp8_cvt=plan.fp8_cvt, block_h=tile.block_h, block_n=tile.block_n,
         num_warps=tile.num_warps, num_stages=tile.num_stages, splits=plan.splits,
         fp16_operands=tile.fp16_operands,
     )

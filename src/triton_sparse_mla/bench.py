@@ -163,7 +163,7 @@ def run_workload(w: Workload, caches: Caches, ceilings: dict, baseline=True, pla
     else:
         from . import api
         ours = lambda: api._run(q[..., :512], q[..., 512:], kv, idx, lengths, None, scale, out,  # noqa: E731
-                                None, family=None, sm_count=None, hw_cvt=plan.hw_cvt,
+                                None, family=None, sm_count=None, fp8_cvt=plan.fp8_cvt,
                                 fp8=w.fmt == "fp8_ds_mla", plan=plan)
     ours_us = time_us(ours)
     fm_us = None

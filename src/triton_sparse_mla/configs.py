@@ -40,7 +40,7 @@ class LaunchPlan:
 
     tile: TileConfig
     splits: int
-    hw_cvt: bool
+    fp8_cvt: int  # see fp8_cvt_level
 
 
 SMEM_LIMIT = {"sm90": 227 * 1024, "sm100": 227 * 1024, "sm80": 163 * 1024, "sm86": 99 * 1024}
@@ -130,12 +130,20 @@ def family_of(capability: tuple[int, int]) -> str:
     )
 
 
+def fp8_cvt_level(capability: tuple[int, int]) -> int:
+    """How the kernels turn e4m3 bytes into operands on this architecture (kernels/common.py):
+    0 integer decoding (below SM89), 1 hardware e4m3 -> fp32 (SM89), 2 direct (SM90+)."""
+    if capability >= (9, 0):
+        return 2
+    return 1 if capability >= (8, 9) else 0
+
+
 @functools.lru_cache(maxsize=None)
-def device_traits(device_index: int) -> tuple[str, int, bool]:
-    """``(family, sm_count, hw_fp8_cvt)`` of a CUDA device, queried once."""
+def device_traits(device_index: int) -> tuple[str, int, int]:
+    """``(family, sm_count, fp8_cvt level)`` of a CUDA device, queried once."""
     props = torch.cuda.get_device_properties(device_index)
     capability = (props.major, props.minor)
-    return family_of(capability), props.multi_processor_count, capability >= (8, 9)
+    return family_of(capability), props.multi_processor_count, fp8_cvt_level(capability)
 
 
 def choose_splits(t_count: int, h_tiles: int, topk: int, block_n: int, sm_count: int) -> int:
@@ -160,7 +168,7 @@ def pick_tile(family: str, *, t_count: int, h_count: int, fp8: bool) -> TileConf
     raise AssertionError("every table ends with an entry for any head count")
 
 
-def plan_launch(family: str, sm_count: int, hw_cvt: bool, *, t_count: int, h_count: int,
+def plan_launch(family: str, sm_count: int, fp8_cvt: int, *, t_count: int, h_count: int,
                 topk: int, fp8: bool) -> LaunchPlan:
     """Pick the tile, split count and fp8 decode path for one call."""
     tile = pick_tile(family, t_count=t_count, h_count=h_count, fp8=fp8)
@@ -169,4 +177,4 @@ def plan_launch(family: str, sm_count: int, hw_cvt: bool, *, t_count: int, h_cou
     if block_h != tile.block_h:
         tile = TileConfig(block_h, tile.block_n, tile.num_warps, tile.num_stages, tile.fp16_operands)
     splits = choose_splits(t_count, triton.cdiv(h_count, block_h), topk, tile.block_n, sm_count)
-    return LaunchPlan(tile=tile, splits=splits, hw_cvt=hw_cvt)
+    return LaunchPlan(tile=tile, splits=splits, fp8_cvt=fp8_cvt)

@@ -56,7 +56,7 @@ def _main_kernel_variants(tile: configs.TileConfig, cap: int, fp8: bool):
             ints = [n for n in _jit_fn(sparse_mla_fwd_kernel).arg_names
                     if n.startswith(("n_", "topk", "split_size", "stride_"))]
             types.update({n: "i32" for n in ints})
-            constexprs = dict(D_PE=d_pe, FP8=fp8, HW_CVT=fp8 and cap >= 89, HAS_LEN=True,
+            constexprs = dict(D_PE=d_pe, FP8=fp8, FP8_CVT=configs.fp8_cvt_level(divmod(cap, 10)) if fp8 else 0, HAS_LEN=True,
                               HAS_SINK=True, PARTIAL=partial, BLOCK_H=tile.block_h,
                               BLOCK_N=tile.block_n, UPCAST_DOT=False,
                               DTYPE=tl.float16 if fp8 and tile.fp16_operands else tl.bfloat16)
@@ -104,18 +104,20 @@ def check_all(families=None) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    """Print a table (or JSON with ``--json``); exit 1 if any configuration fails or overflows."""
+    """Print a table (and write JSON with ``--json FILE``); exit 1 if any configuration fails
+    or overflows."""
     argv = sys.argv[1:] if argv is None else argv
     records = check_all()
     if "--json" in argv:
-        print(json.dumps(records, indent=1))
-    else:
-        print(f"{'family':7} {'target':6} {'config':22} {'variant':24} {'smem KB':>8} {'limit':>6}  verdict")
-        for r in records:
-            smem = "-" if r["shared"] is None else f"{r['shared'] / 1024:.1f}"
-            verdict = "ok" if r["ok"] else ("FAIL " + (r["error"] or "over limit"))
-            print(f"{r['family']:7} {r['target']:6} {r['config']:22} {r['variant']:24} {smem:>8} "
-                  f"{r['limit'] // 1024:>6}  {verdict}")
+        # A JSON file, not stdout: Triton prints compiler diagnostics to stdout.
+        with open(argv[argv.index("--json") + 1], "w") as f:
+            json.dump(records, f, indent=1)
+    print(f"{'family':7} {'target':6} {'config':22} {'variant':24} {'smem KB':>8} {'limit':>6}  verdict")
+    for r in records:
+        smem = "-" if r["shared"] is None else f"{r['shared'] / 1024:.1f}"
+        verdict = "ok" if r["ok"] else ("FAIL " + (r["error"] or "over limit"))
+        print(f"{r['family']:7} {r['target']:6} {r['config']:22} {r['variant']:24} {smem:>8} "
+              f"{r['limit'] // 1024:>6}  {verdict}")
     return 0 if all(r["ok"] for r in records) else 1
 
 

@@ -45,7 +45,7 @@ def sparse_mla_fwd_kernel(
     stride_kv, stride_idx_t,
     stride_o_t, stride_o_h, stride_o_s,
     stride_lse_t, stride_lse_h,
-    D_PE: tl.constexpr, FP8: tl.constexpr, HW_CVT: tl.constexpr,
+    D_PE: tl.constexpr, FP8: tl.constexpr, FP8_CVT: tl.constexpr,
     HAS_LEN: tl.constexpr, HAS_SINK: tl.constexpr, PARTIAL: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, UPCAST_DOT: tl.constexpr,
     DTYPE: tl.constexpr,
@@ -88,10 +88,10 @@ def sparse_mla_fwd_kernel(
         b_idx = tl.load(idx_ptr + i_t * stride_idx_t + o_n, mask=m_n, other=-1)
         m_n = m_n & (b_idx >= 0) & (b_idx < n_rows)
         p_row = kv_ptr + b_idx.to(tl.int64) * stride_kv  # [BLOCK_N]
-        b_k0, b_c0 = load_latent_tile(p_row, m_n, 0, FP8, HW_CVT, DTYPE)  # [BLOCK_N, 128], [BLOCK_N]
-        b_k1, b_c1 = load_latent_tile(p_row, m_n, 1, FP8, HW_CVT, DTYPE)
-        b_k2, b_c2 = load_latent_tile(p_row, m_n, 2, FP8, HW_CVT, DTYPE)
-        b_k3, b_c3 = load_latent_tile(p_row, m_n, 3, FP8, HW_CVT, DTYPE)
+        b_k0, b_c0 = load_latent_tile(p_row, m_n, 0, FP8, FP8_CVT, DTYPE)  # [BLOCK_N, 128], [BLOCK_N]
+        b_k1, b_c1 = load_latent_tile(p_row, m_n, 1, FP8, FP8_CVT, DTYPE)
+        b_k2, b_c2 = load_latent_tile(p_row, m_n, 2, FP8, FP8_CVT, DTYPE)
+        b_k3, b_c3 = load_latent_tile(p_row, m_n, 3, FP8, FP8_CVT, DTYPE)
         b_s = tile_scores(b_q0, b_k0, b_c0, FP8, UPCAST_DOT)  # [BLOCK_H, BLOCK_N]
         b_s += tile_scores(b_q1, b_k1, b_c1, FP8, UPCAST_DOT)
         b_s += tile_scores(b_q2, b_k2, b_c2, FP8, UPCAST_DOT)
@@ -129,7 +129,7 @@ def sparse_mla_fwd_kernel(
 
 
 def launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, out, lse,
-                          *, fp8, hw_cvt, block_h, block_n, num_warps, num_stages, splits,
+                          *, fp8, fp8_cvt, block_h, block_n, num_warps, num_stages, splits,
                           fp16_operands=False):
     """Launch the kernel (and the combine step when ``splits > 1``); return the compiled main kernel.
 
@@ -154,7 +154,7 @@ def launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_
         stride_qp_t=q_pe.stride(0) if q_pe is not None else 0,
         stride_qp_h=q_pe.stride(1) if q_pe is not None else 0,
         stride_kv=kv.stride(0), stride_idx_t=indices.stride(0),
-        D_PE=d_pe, FP8=fp8, HW_CVT=hw_cvt,
+        D_PE=d_pe, FP8=fp8, FP8_CVT=fp8_cvt,
         HAS_LEN=topk_length is not None, HAS_SINK=attn_sink is not None,
         DTYPE=tl.float16 if (fp8 and fp16_operands) or q_nope.dtype == torch.float16 else tl.bfloat16,
         BLOCK_H=block_h, BLOCK_N=block_n, UPCAST_DOT=os.environ.get("TRITON_INTERPRET") == "1",

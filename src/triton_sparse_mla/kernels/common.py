@@ -18,17 +18,26 @@ FP8_SCALE_BYTE = tl.constexpr(512)
 FP8_ROPE_BYTE = tl.constexpr(528)
 
 
+# How fp8 bytes become tensor-core operands (chosen per device by configs.fp8_cvt_level):
+# integer bit decoding (any GPU, the interpreter), the hardware e4m3 -> fp32 conversion (SM89),
+# or the direct e4m3 -> bf16/fp16 conversion (SM90+; Triton 3.6 emits an SM90-only cvt for it).
+FP8_CVT_INT = tl.constexpr(0)
+FP8_CVT_F32 = tl.constexpr(1)
+FP8_CVT_DIRECT = tl.constexpr(2)
+
+
 @triton.jit
-def e4m3_to_f32(b_raw, HW_CVT: tl.constexpr):
+def e4m3_to_f32(b_raw, FP8_CVT: tl.constexpr):
     """Decode float8_e4m3fn bytes (uint8 tile) to float32.
 
-    ``HW_CVT`` uses the hardware conversion (SM89 and newer). Otherwise the bits are rebuilt
-    with integer operations, which every architecture (and the interpreter) runs: a normal
+    With ``FP8_CVT != FP8_CVT_INT`` the hardware conversion is used (SM89 and newer). Otherwise
+    the bits are rebuilt with integer operations, which every architecture (and the
+    interpreter) runs: a normal
     number ``(e, m)`` keeps its 3 mantissa bits and moves its exponent from bias 7 to bias 127;
     a subnormal (``e == 0``) is ``m * 2^-9``. The NaN pattern (0x7F) is never written by the
     quantizers and is not special-cased.
     """
-    if HW_CVT:
+    if FP8_CVT != FP8_CVT_INT:
         return b_raw.to(tl.float8e4nv, bitcast=True).to(tl.float32)
     x = b_raw.to(tl.int32)
     mag = x & 0x7F
@@ -39,7 +48,7 @@ def e4m3_to_f32(b_raw, HW_CVT: tl.constexpr):
 
 
 @triton.jit
-def load_latent_tile(p_row, m_n, J: tl.constexpr, FP8: tl.constexpr, HW_CVT: tl.constexpr,
+def load_latent_tile(p_row, m_n, J: tl.constexpr, FP8: tl.constexpr, FP8_CVT: tl.constexpr,
                      DTYPE: tl.constexpr):
     """Latent columns ``[128 J, 128 J + 128)`` of BLOCK_N gathered rows.
 
@@ -51,10 +60,10 @@ def load_latent_tile(p_row, m_n, J: tl.constexpr, FP8: tl.constexpr, HW_CVT: tl.
     o_c = J * LATENT_TILE + tl.arange(0, LATENT_TILE)
     b_raw = tl.load(p_row[:, None] + o_c[None, :], mask=m_n[:, None], other=0)
     if FP8:
-        if HW_CVT:
+        if FP8_CVT == FP8_CVT_DIRECT:
             b_k = b_raw.to(tl.float8e4nv, bitcast=True).to(DTYPE)
         else:
-            b_k = e4m3_to_f32(b_raw, False).to(DTYPE)
+            b_k = e4m3_to_f32(b_raw, FP8_CVT).to(DTYPE)
         p_scale = (p_row + FP8_SCALE_BYTE).to(tl.pointer_type(tl.float32)) + J
         b_c = tl.load(p_scale, mask=m_n, other=0.0)
     else:

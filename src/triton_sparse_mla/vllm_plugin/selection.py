@@ -1,0 +1,98 @@
+"""Where ``TRITON_MLA_SPARSE`` ranks among vLLM's sparse-MLA backends, and why.
+
+Pure policy, no vLLM import. The rank is one of:
+
+* ``"first"``: ahead of vLLM's native sparse backends.
+* ``"last"``: after them, used only when none of them accepts the configuration.
+* ``"absent"``: not offered to automatic selection (``--attention-backend`` still works).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import NamedTuple
+
+BACKEND_NAME = "TRITON_MLA_SPARSE"
+BACKEND_CLASS_PATH = "triton_sparse_mla.vllm_plugin.backend.TritonMLASparseBackend"
+
+SELECT_ENV = "TRITON_SPARSE_MLA_SELECT"
+"""Environment variable: ``auto`` (default), ``off`` (opt out) or ``force`` (rank first)."""
+
+SELECT_MODES = ("auto", "off", "force")
+
+MIN_CAPABILITY_MAJOR = 8
+"""Triton's tensor-core and bf16 paths the kernels use need SM80 or newer."""
+
+
+class Ranking(NamedTuple):
+    rank: str
+    reason: str
+
+
+def select_mode(environ=None) -> str:
+    """Read :data:`SELECT_ENV` (case-insensitive, default ``auto``).
+
+    Raises:
+        ValueError: for a value outside :data:`SELECT_MODES`.
+    """
+    env = os.environ if environ is None else environ
+    mode = env.get(SELECT_ENV, "auto").strip().lower() or "auto"
+    if mode not in SELECT_MODES:
+        raise ValueError(f"{SELECT_ENV}: expected one of {list(SELECT_MODES)}, got {mode!r}")
+    return mode
+
+
+def rank_backend(capability_major: int, mode: str) -> Ranking:
+    """Decide the rank of ``TRITON_MLA_SPARSE`` on a GPU of compute capability major ``capability_major``."""
+    if mode not in SELECT_MODES:
+        raise ValueError(f"mode: expected one of {list(SELECT_MODES)}, got {mode!r}")
+    sm = f"SM{capability_major}x"
+    if capability_major < MIN_CAPABILITY_MAJOR:
+        return Ranking("absent", f"{sm} is below SM80, which the Triton kernels need")
+    if mode == "off":
+        return Ranking("absent", f"{SELECT_ENV}=off")
+    if mode == "force":
+        return Ranking("first", f"{SELECT_ENV}=force")
+    if capability_major == 8:
+        return Ranking("first", f"{sm}: vLLM has no sparse MLA backend for this GPU")
+    if capability_major == 12:
+        return Ranking(
+            "first",
+            f"{sm}: preferred over FLASHINFER_MLA_SPARSE_SM120 (fp8_ds_mla and index_topk 2048 only; "
+            "livelocks reported)",
+        )
+    return Ranking(
+        "last",
+        f"{sm}: native sparse backends stay first; set {SELECT_ENV}=force to prefer this one",
+    )
+
+
+def describe_selection(environ=None) -> str:
+    """A short report for ``triton-sparse-mla vllm``: vLLM's presence, the selection mode, and
+    where ``TRITON_MLA_SPARSE`` ranks on this machine's GPUs (or on every family without one).
+    Imports vLLM only to read its version; starts no CUDA work beyond a capability query."""
+    import importlib.metadata
+
+    import torch
+
+    lines = []
+    try:
+        lines.append(f"vLLM: {importlib.metadata.version('vllm')} installed")
+    except importlib.metadata.PackageNotFoundError:
+        lines.append('vLLM: not installed (pip install "triton-sparse-mla[vllm]")')
+    mode = select_mode(environ)
+    lines.append(f"{SELECT_ENV}={mode}")
+    if torch.cuda.is_available():
+        targets = []
+        for i in range(torch.cuda.device_count()):
+            major, minor = torch.cuda.get_device_capability(i)
+            targets.append((f"GPU {i} {torch.cuda.get_device_name(i)} (sm_{major}{minor})", major))
+    else:
+        lines.append("no CUDA GPU here; what each GPU family would get:")
+        targets = [(f"SM{m}x", m) for m in (8, 9, 10, 12)]
+    for label, major in targets:
+        ranking = rank_backend(major, mode)
+        lines.append(f"  {label}: {BACKEND_NAME} {ranking.rank}: {ranking.reason}")
+    lines.append(f"force it with --attention-backend CUSTOM (works with spawn/Ray workers) or "
+                 f"{SELECT_ENV}=force")
+    return "\n".join(lines)

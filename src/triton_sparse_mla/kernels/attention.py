@@ -17,6 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .combine import launch_combine
 from .common import (LATENT_TILE, LN2, load_latent_tile, load_rope_tile, mma, sink_factor,
                      tile_scores, tile_update)
 
@@ -137,8 +138,6 @@ def launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_
     ``indices [T, K]`` int32, ``topk_length [T]`` int32 or None, ``attn_sink [H]`` fp32 or None,
     ``out [T, H, 512]``, ``lse [T, H]`` fp32 or None. Inputs are validated by the caller.
     """
-    from .combine import launch_combine
-
     t_count, h_count, _ = q_nope.shape
     n_rows, topk = kv.shape[0], indices.shape[1]
     d_pe = 0 if q_pe is None else q_pe.shape[2]

@@ -4,8 +4,6 @@ Exits non-zero if any result is wrong, so the sanitizer's and the math's verdict
 
 import sys
 
-import torch
-
 sys.path.insert(0, "tests")
 from problems import assert_close, make_problem  # noqa: E402
 

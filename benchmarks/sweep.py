@@ -39,6 +39,21 @@ FP8_WORKLOADS = [Workload("decode", 128, 16, "fp8_ds_mla"), Workload("decode", 1
                  Workload("decode", 1, 16, "fp8_ds_mla")]
 
 
+def time_plan(inputs, out, tile, fp8_cvt, fp8, sms):
+    """Time one candidate with the split rule in force; return (splits, us, kernel facts)."""
+    q, kv, idx, lengths = inputs
+    t, h = q.shape[0], q.shape[1]
+    splits = configs.choose_splits(t, triton.cdiv(h, tile.block_h), idx.shape[1], tile.block_n, sms)
+    plan = configs.LaunchPlan(tile, splits, fp8_cvt=fp8_cvt)
+    fn = lambda: api._run(q[..., :512], q[..., 512:], kv, idx, lengths, None, 576 ** -0.5,  # noqa: E731
+                          out, None, family=None, sm_count=None, fp8_cvt=fp8_cvt, fp8=fp8, plan=plan)
+    try:
+        k = fn()
+        return splits, time_us(fn), dict(regs=k.n_regs, spills=k.n_spills, smem=k.metadata.shared)
+    except Exception as exc:  # noqa: BLE001 - a candidate that fails is recorded
+        return splits, float("nan"), dict(error=str(exc)[:200])
+
+
 def main(path):
     if "--fp8" in sys.argv:
         return main_fp8(path)
@@ -46,7 +61,8 @@ def main(path):
     caches = Caches()
     records = []
     for w in WORKLOADS:
-        q, kv, idx, lengths = make_inputs(w, caches)
+        inputs = make_inputs(w, caches)
+        q, kv, idx, lengths = inputs
         out = torch.empty(w.t, w.h, 512, device="cuda", dtype=torch.bfloat16)
         fp8 = w.fmt == "fp8_ds_mla"
         rows = []
@@ -55,16 +71,7 @@ def main(path):
                 continue
             for per_sm in ((1, 2) if w.t == 1 else (1,)):
                 configs.PROGRAMS_PER_SM = per_sm
-                splits = configs.choose_splits(w.t, triton.cdiv(w.h, tile.block_h), w.k, tile.block_n, sms)
-                plan = configs.LaunchPlan(tile, splits, fp8_cvt=2)
-                fn = lambda: api._run(q[..., :512], q[..., 512:], kv, idx, lengths, None, 576 ** -0.5,  # noqa: E731
-                                      out, None, family=None, sm_count=None, fp8_cvt=2, fp8=fp8, plan=plan)
-                try:
-                    k = fn()
-                    us = time_us(fn)
-                    meta = dict(regs=k.n_regs, spills=k.n_spills, smem=k.metadata.shared)
-                except Exception as exc:  # noqa: BLE001 - a candidate that fails is recorded
-                    us, meta = float("nan"), dict(error=str(exc)[:200])
+                splits, us, meta = time_plan(inputs, out, tile, 2, fp8, sms)
                 rows.append(dict(workload=w.name, tile=list(tile.__dict__.values()), per_sm=per_sm,
                                  splits=splits, us=us, **meta))
                 print(f"{w.name:36} {tile} per_sm={per_sm} splits={splits:3d} {us:9.1f} us {meta}", flush=True)
@@ -88,20 +95,14 @@ def main_fp8(path):
     caches = Caches()
     records = []
     for w in FP8_WORKLOADS:
-        q, kv, idx, lengths = make_inputs(w, caches)
+        inputs = make_inputs(w, caches)
         out = torch.empty(w.t, w.h, 512, device="cuda", dtype=torch.bfloat16)
         for tile, hw in FP8_VARIANTS:
             if tile.block_h > max(16, triton.next_power_of_2(w.h)):
                 continue
-            splits = configs.choose_splits(w.t, triton.cdiv(w.h, tile.block_h), w.k, tile.block_n, sms)
-            plan = configs.LaunchPlan(tile, splits, fp8_cvt=hw)
-            fn = lambda: api._run(q[..., :512], q[..., 512:], kv, idx, lengths, None, 576 ** -0.5,  # noqa: E731
-                                  out, None, family=None, sm_count=None, fp8_cvt=hw, fp8=True, plan=plan)
-            k = fn()
-            us = time_us(fn)
-            records.append(dict(workload=w.name, tile=str(tile), fp8_cvt=hw, us=us, regs=k.n_regs,
-                                spills=k.n_spills, smem=k.metadata.shared))
-            print(f"FP8 {w.name:36} {tile} fp8_cvt={hw} splits={splits} {us:8.1f} us regs={k.n_regs} spills={k.n_spills}", flush=True)
+            splits, us, meta = time_plan(inputs, out, tile, hw, True, sms)
+            records.append(dict(workload=w.name, tile=str(tile), fp8_cvt=hw, us=us, **meta))
+            print(f"FP8 {w.name:36} {tile} fp8_cvt={hw} splits={splits} {us:8.1f} us {meta}", flush=True)
     with open(path, "w") as f:
         json.dump(records, f, indent=1)
 

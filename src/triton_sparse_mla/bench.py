@@ -82,12 +82,15 @@ def time_us(fn) -> float:
         return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e3
 
 
+def _copy_us(nbytes: int) -> float:
+    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").random_()
+    dst = torch.empty_like(src)
+    return triton.testing.do_bench(lambda: dst.copy_(src), warmup=25, rep=200, return_mode="median") * 1e3
+
+
 def measure_ceilings() -> dict:
     """Copy bandwidth (GB/s, read + write) and bf16 matmul rate (TFLOP/s), measured now."""
-    a = torch.empty(1 << 30, dtype=torch.uint8, device="cuda").random_()
-    b = torch.empty_like(a)
-    copy_us = triton.testing.do_bench(lambda: b.copy_(a), warmup=25, rep=200, return_mode="median") * 1e3
-    del a, b
+    copy_us = _copy_us(1 << 30)
     x = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     y = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     mm_us = triton.testing.do_bench(lambda: x @ y, warmup=25, rep=200, return_mode="median") * 1e3
@@ -154,18 +157,11 @@ def flashmla_fn(w: Workload, q, kv, idx, lengths, scale):
         indices=idx4, topk_length=lengths, use_legacy=legacy)
 
 
-def run_workload(w: Workload, caches: Caches, ceilings: dict, baseline=True, plan=None) -> Result:
+def run_workload(w: Workload, caches: Caches, ceilings: dict, baseline=True) -> Result:
     q, kv, idx, lengths = make_inputs(w, caches)
     scale = 576 ** -0.5
     out = torch.empty(w.t, w.h, 512, device="cuda", dtype=torch.bfloat16)
-    if plan is None:
-        ours = lambda: sparse_mla_attention(q, kv, idx, scale, topk_length=lengths, out=out)  # noqa: E731
-    else:
-        from . import api
-        ours = lambda: api._run(q[..., :512], q[..., 512:], kv, idx, lengths, None, scale, out,  # noqa: E731
-                                None, family=None, sm_count=None, fp8_cvt=plan.fp8_cvt,
-                                fp8=w.fmt == "fp8_ds_mla", plan=plan)
-    ours_us = time_us(ours)
+    ours_us = time_us(lambda: sparse_mla_attention(q, kv, idx, scale, topk_length=lengths, out=out))
     fm_us = None
     fm = flashmla_fn(w, q, kv, idx, lengths, scale) if baseline else None
     if fm is not None:

@@ -76,7 +76,6 @@ def dequantize_fp8_ds_mla(packed: torch.Tensor) -> torch.Tensor:
     if packed.dim() != 2 or packed.shape[1] != FP8_ROW_BYTES:
         raise ValueError(f"packed: expected shape [N, {FP8_ROW_BYTES}], got {list(packed.shape)}")
     n = packed.shape[0]
-    packed = packed.contiguous()
     q = packed[:, :D_NOPE].contiguous().view(torch.float8_e4m3fn).float()
     scale = packed[:, FP8_SCALE_OFFSET:FP8_ROPE_OFFSET].contiguous().view(torch.float32)  # [N, 4]
     nope = (q.reshape(n, FP8_NUM_TILES, FP8_TILE) * scale[:, :, None]).reshape(n, D_NOPE)

@@ -25,8 +25,8 @@ _PTR = {"bf16": "*bf16", "u8": "*u8", "i32": "*i32", "fp32": "*fp32"}
 
 
 def _jit_fn(kernel):
-    # Under the interpreter @triton.jit gives another wrapper; compiling needs the JITFunction.
-    return getattr(kernel, "fn", kernel) if not hasattr(kernel, "arg_names") else kernel
+    # Under the interpreter @triton.jit gives a wrapper holding the JITFunction in ``fn``.
+    return kernel if hasattr(kernel, "arg_names") else kernel.fn
 
 
 def _compile(kernel, types: dict, constexprs: dict, divisible: set, cap: int, warps: int, stages: int):

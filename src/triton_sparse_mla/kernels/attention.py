@@ -11,6 +11,7 @@ With one split the program writes the final output and lse. With several, it wri
 normalised partial output and its base-2 lse, and :mod:`.combine` merges them.
 """
 
+import math
 import os
 
 import torch
@@ -147,7 +148,7 @@ def launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_
     common = dict(
         q_nope_ptr=q_nope, q_pe_ptr=q_pe if q_pe is not None else q_nope, kv_ptr=kv,
         idx_ptr=indices, len_ptr=topk_length, sink_ptr=attn_sink,
-        qk_scale=float(sm_scale) * 1.4426950408889634, n_rows=n_rows, n_heads=h_count,
+        qk_scale=float(sm_scale) * math.log2(math.e), n_rows=n_rows, n_heads=h_count,
         topk=topk, split_size=split_size,
         stride_qn_t=q_nope.stride(0), stride_qn_h=q_nope.stride(1),
         stride_qp_t=q_pe.stride(0) if q_pe is not None else 0,

@@ -11,11 +11,12 @@ formed, and no rounding beyond bf16's is added.
 import triton
 import triton.language as tl
 
-LOG2E = tl.constexpr(1.4426950408889634)
+from .. import formats
+
 LN2 = tl.constexpr(0.6931471805599453)
-LATENT_TILE = tl.constexpr(128)
-FP8_SCALE_BYTE = tl.constexpr(512)
-FP8_ROPE_BYTE = tl.constexpr(528)
+LATENT_TILE = tl.constexpr(formats.FP8_TILE)
+FP8_SCALE_BYTE = tl.constexpr(formats.FP8_SCALE_OFFSET)
+FP8_ROPE_BYTE = tl.constexpr(formats.FP8_ROPE_OFFSET)
 
 
 # How fp8 bytes become tensor-core operands (chosen per device by configs.fp8_cvt_level):

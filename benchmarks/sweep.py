@@ -30,21 +30,25 @@ WORKLOADS = [
 ]
 
 
-# fp8 operand variants: (tile, fp8_cvt) with q-dtype (bf16) or fp16 tensor-core operands.
+# fp8 variants: (tile, fp8_cvt, pin_conversion); the tile's last flag picks fp16 operands.
 FP8_VARIANTS = [
-    (T(16, 32, 4, 2), 2), (T(16, 32, 4, 2, True), 2), (T(16, 32, 4, 2), 0),
-    (T(16, 64, 4, 2, True), 2), (T(64, 32, 8, 2), 2), (T(64, 32, 8, 2, True), 2),
+    (T(16, 32, 4, 2), 2, False), (T(16, 32, 4, 2), 2, True), (T(16, 32, 4, 3), 2, True),
+    (T(16, 64, 4, 2), 2, True), (T(16, 64, 4, 3), 2, True), (T(16, 64, 8, 2), 2, True),
+    (T(16, 32, 4, 2, True), 2, True), (T(16, 64, 4, 2, True), 2, True),
+    (T(16, 32, 4, 2), 0, True), (T(32, 32, 4, 2), 2, True), (T(32, 64, 4, 2), 2, True),
+    (T(64, 32, 8, 2), 2, False), (T(64, 32, 8, 2), 2, True),
 ]
-FP8_WORKLOADS = [Workload("decode", 128, 16, "fp8_ds_mla"), Workload("decode", 128, 64, "fp8_ds_mla"),
-                 Workload("decode", 1, 16, "fp8_ds_mla")]
+FP8_WORKLOADS = [Workload("decode", 128, 16, "fp8_ds_mla"), Workload("decode", 128, 8, "fp8_ds_mla"),
+                 Workload("decode", 128, 32, "fp8_ds_mla"), Workload("decode", 128, 64, "fp8_ds_mla"),
+                 Workload("decode", 1, 16, "fp8_ds_mla"), Workload("decode", 1, 128, "fp8_ds_mla")]
 
 
-def time_plan(inputs, out, tile, fp8_cvt, fp8, sms):
+def time_plan(inputs, out, tile, fp8_cvt, fp8, sms, pin=True):
     """Time one candidate with the split rule in force; return (splits, us, kernel facts)."""
     q, kv, idx, lengths = inputs
     t, h = q.shape[0], q.shape[1]
     splits = configs.choose_splits(t, triton.cdiv(h, tile.block_h), idx.shape[1], tile.block_n, sms)
-    plan = configs.LaunchPlan(tile, splits, fp8_cvt=fp8_cvt)
+    plan = configs.LaunchPlan(tile, splits, fp8_cvt=fp8_cvt, pin_conversion=pin)
     fn = lambda: api._run(q[..., :512], q[..., 512:], kv, idx, lengths, None, 576 ** -0.5,  # noqa: E731
                           out, None, family=None, sm_count=None, fp8_cvt=fp8_cvt, fp8=fp8, plan=plan)
     try:
@@ -57,6 +61,8 @@ def time_plan(inputs, out, tile, fp8_cvt, fp8, sms):
 def main(path):
     if "--fp8" in sys.argv:
         return main_fp8(path)
+    if "--splits" in sys.argv:
+        return main_splits(path)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     caches = Caches()
     records = []
@@ -97,12 +103,51 @@ def main_fp8(path):
     for w in FP8_WORKLOADS:
         inputs = make_inputs(w, caches)
         out = torch.empty(w.t, w.h, 512, device="cuda", dtype=torch.bfloat16)
-        for tile, hw in FP8_VARIANTS:
+        for tile, hw, pin in FP8_VARIANTS:
             if tile.block_h > max(16, triton.next_power_of_2(w.h)):
                 continue
-            splits, us, meta = time_plan(inputs, out, tile, hw, True, sms)
-            records.append(dict(workload=w.name, tile=str(tile), fp8_cvt=hw, us=us, **meta))
-            print(f"FP8 {w.name:36} {tile} fp8_cvt={hw} splits={splits} {us:8.1f} us {meta}", flush=True)
+            splits, us, meta = time_plan(inputs, out, tile, hw, True, sms, pin=pin)
+            records.append(dict(workload=w.name, tile=str(tile), fp8_cvt=hw, pin=pin, splits=splits,
+                                us=us, **meta))
+            print(f"FP8 {w.name:36} {tile} cvt={hw} pin={int(pin)} splits={splits} {us:8.1f} us {meta}",
+                  flush=True)
+        try:
+            fm = flashmla_fn(w, *inputs, 576 ** -0.5)
+            fm_us = time_us(fm) if fm is not None else None
+        except Exception as exc:  # noqa: BLE001 - no baseline for this workload
+            print(f"FlashMLA failed: {exc}", flush=True)
+            fm_us = None
+        records.append(dict(workload=w.name, tile="FlashMLA", us=fm_us))
+        print(f"FP8 {w.name:36} FlashMLA {fm_us}", flush=True)
+    with open(path, "w") as f:
+        json.dump(records, f, indent=1)
+
+
+SPLIT_WORKLOADS = [Workload("decode", 128, 16, "fp8_ds_mla"), Workload("decode", 128, 8, "fp8_ds_mla"),
+                   Workload("decode", 32, 16, "fp8_ds_mla"), Workload("decode", 128, 32, "fp8_ds_mla"),
+                   Workload("decode", 128, 16, "bf16"), Workload("decode", 128, 32, "bf16"),
+                   Workload("decode", 128, 64, "bf16"), Workload("decode", 128, 64, "fp8_ds_mla")]
+
+
+def main_splits(path):
+    """The shipped plan (tile tables, pinning) under several split rules (programs per SM)."""
+    caches = Caches()
+    records = []
+    for w in SPLIT_WORKLOADS:
+        inputs = make_inputs(w, caches)
+        q, kv, idx, lengths = inputs
+        out = torch.empty(w.t, w.h, 512, device="cuda", dtype=torch.bfloat16)
+        for per_sm in (1, 2, 3, 4, 6):
+            configs.PROGRAMS_PER_SM = per_sm
+            fn = lambda: api.sparse_mla_attention((q[..., :512], q[..., 512:]), kv, idx,  # noqa: E731
+                                                  576 ** -0.5, out=out)
+            plan = configs.plan_launch(*configs.device_traits(0), t_count=w.t, h_count=w.h,
+                                       topk=idx.shape[1], fp8=w.fmt == "fp8_ds_mla")
+            us = time_us(fn)
+            records.append(dict(workload=w.name, per_sm=per_sm, splits=plan.splits,
+                                tile=str(plan.tile), us=us))
+            print(f"SPLIT {w.name:36} per_sm={per_sm} splits={plan.splits:3d} {us:8.1f} us {plan.tile}",
+                  flush=True)
     with open(path, "w") as f:
         json.dump(records, f, indent=1)
 

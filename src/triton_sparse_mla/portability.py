@@ -41,7 +41,7 @@ def _compile(kernel, types: dict, constexprs: dict, divisible: set, cap: int, wa
     return triton.compile(src, target=target, options={"num_warps": warps, "num_stages": stages})
 
 
-def _main_kernel_variants(tile: configs.TileConfig, cap: int, fp8: bool):
+def _main_kernel_variants(tile: configs.TileConfig, cap: int, fp8: bool, family: str):
     from .kernels.attention import sparse_mla_fwd_kernel
 
     kv_t = "*u8" if fp8 else "*bf16"
@@ -58,7 +58,8 @@ def _main_kernel_variants(tile: configs.TileConfig, cap: int, fp8: bool):
             types.update({n: "i32" for n in ints})
             constexprs = dict(D_PE=d_pe, FP8=fp8, FP8_CVT=configs.fp8_cvt_level(divmod(cap, 10)) if fp8 else 0, HAS_LEN=True,
                               HAS_SINK=True, PARTIAL=partial, BLOCK_H=tile.block_h,
-                              BLOCK_N=tile.block_n, UPCAST_DOT=False,
+                              BLOCK_N=tile.block_n, INTERPRET=False,
+                              PIN_CVT=fp8 and configs.pin_fp8_conversion(family, tile.block_h),
                               DTYPE=tl.float16 if fp8 and tile.fp16_operands else tl.bfloat16)
             # Rows of 576 bf16 values and of 656 bytes both keep 16-byte alignment.
             divisible = {n for n in types if n.endswith("_ptr")} | {
@@ -87,7 +88,7 @@ def check_all(families=None) -> list[dict]:
         for cap in configs.FAMILY_TARGETS[family]:
             jobs = []
             for phase, kind, tile in configs.all_tiles(family):
-                for v in _main_kernel_variants(tile, cap, kind == "fp8"):
+                for v in _main_kernel_variants(tile, cap, kind == "fp8", family):
                     jobs.append((f"{phase}/{kind}/{tile.block_h}x{tile.block_n}", v))
             jobs.append(("combine", _combine_variant()))
             for key, (label, kernel, types, constexprs, divisible, warps, stages) in jobs:

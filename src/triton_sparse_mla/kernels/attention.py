@@ -49,8 +49,8 @@ def sparse_mla_fwd_kernel(
     stride_lse_t, stride_lse_h,
     D_PE: tl.constexpr, FP8: tl.constexpr, FP8_CVT: tl.constexpr,
     HAS_LEN: tl.constexpr, HAS_SINK: tl.constexpr, PARTIAL: tl.constexpr,
-    BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, UPCAST_DOT: tl.constexpr,
-    DTYPE: tl.constexpr,
+    BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, INTERPRET: tl.constexpr,
+    DTYPE: tl.constexpr, PIN_CVT: tl.constexpr,
 ):
     tl.static_assert(BLOCK_N >= 16, "tl.dot needs at least 16 rows per tile")
     tl.static_assert(BLOCK_H >= 16, "tl.dot needs at least 16 heads per tile (pad in registers)")
@@ -90,26 +90,26 @@ def sparse_mla_fwd_kernel(
         b_idx = tl.load(idx_ptr + i_t * stride_idx_t + o_n, mask=m_n, other=-1)
         m_n = m_n & (b_idx >= 0) & (b_idx < n_rows)
         p_row = kv_ptr + b_idx.to(tl.int64) * stride_kv  # [BLOCK_N]
-        b_k0, b_c0 = load_latent_tile(p_row, m_n, 0, FP8, FP8_CVT, DTYPE)  # [BLOCK_N, 128], [BLOCK_N]
-        b_k1, b_c1 = load_latent_tile(p_row, m_n, 1, FP8, FP8_CVT, DTYPE)
-        b_k2, b_c2 = load_latent_tile(p_row, m_n, 2, FP8, FP8_CVT, DTYPE)
-        b_k3, b_c3 = load_latent_tile(p_row, m_n, 3, FP8, FP8_CVT, DTYPE)
-        b_s = tile_scores(b_q0, b_k0, b_c0, FP8, UPCAST_DOT)  # [BLOCK_H, BLOCK_N]
-        b_s += tile_scores(b_q1, b_k1, b_c1, FP8, UPCAST_DOT)
-        b_s += tile_scores(b_q2, b_k2, b_c2, FP8, UPCAST_DOT)
-        b_s += tile_scores(b_q3, b_k3, b_c3, FP8, UPCAST_DOT)
+        b_k0, b_c0 = load_latent_tile(p_row, m_n, 0, FP8, FP8_CVT, DTYPE, PIN_CVT)  # [BLOCK_N, 128], [BLOCK_N]
+        b_k1, b_c1 = load_latent_tile(p_row, m_n, 1, FP8, FP8_CVT, DTYPE, PIN_CVT)
+        b_k2, b_c2 = load_latent_tile(p_row, m_n, 2, FP8, FP8_CVT, DTYPE, PIN_CVT)
+        b_k3, b_c3 = load_latent_tile(p_row, m_n, 3, FP8, FP8_CVT, DTYPE, PIN_CVT)
+        b_s = tile_scores(b_q0, b_k0, b_c0, FP8, INTERPRET)  # [BLOCK_H, BLOCK_N]
+        b_s += tile_scores(b_q1, b_k1, b_c1, FP8, INTERPRET)
+        b_s += tile_scores(b_q2, b_k2, b_c2, FP8, INTERPRET)
+        b_s += tile_scores(b_q3, b_k3, b_c3, FP8, INTERPRET)
         if D_PE > 0:
             b_kp = load_rope_tile(p_row, m_n, D_PE, FP8, DTYPE)  # [BLOCK_N, D_PE]
-            b_s += mma(b_qp, tl.trans(b_kp), UPCAST_DOT)
+            b_s += mma(b_qp, tl.trans(b_kp), INTERPRET)
         b_s = tl.where(m_n[None, :], b_s * qk_scale, float("-inf"))
         b_m_new = tl.maximum(b_m, tl.max(b_s, axis=1))
         b_p = tl.exp2(b_s - b_m_new[:, None])
         b_alpha = tl.exp2(b_m - b_m_new)
         b_l = b_l * b_alpha + tl.sum(b_p, axis=1)
-        b_acc0 = tile_update(b_acc0, b_alpha, b_p, b_k0, b_c0, FP8, UPCAST_DOT)
-        b_acc1 = tile_update(b_acc1, b_alpha, b_p, b_k1, b_c1, FP8, UPCAST_DOT)
-        b_acc2 = tile_update(b_acc2, b_alpha, b_p, b_k2, b_c2, FP8, UPCAST_DOT)
-        b_acc3 = tile_update(b_acc3, b_alpha, b_p, b_k3, b_c3, FP8, UPCAST_DOT)
+        b_acc0 = tile_update(b_acc0, b_alpha, b_p, b_k0, b_c0, FP8, INTERPRET)
+        b_acc1 = tile_update(b_acc1, b_alpha, b_p, b_k1, b_c1, FP8, INTERPRET)
+        b_acc2 = tile_update(b_acc2, b_alpha, b_p, b_k2, b_c2, FP8, INTERPRET)
+        b_acc3 = tile_update(b_acc3, b_alpha, b_p, b_k3, b_c3, FP8, INTERPRET)
         b_m = b_m_new
 
     m_nonempty = b_l > 0.0
@@ -132,7 +132,7 @@ def sparse_mla_fwd_kernel(
 
 def launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, out, lse,
                           *, fp8, fp8_cvt, block_h, block_n, num_warps, num_stages, splits,
-                          fp16_operands=False):
+                          fp16_operands=False, pin_conversion=True):
     """Launch the kernel (and the combine step when ``splits > 1``); return the compiled main kernel.
 
     Shapes: ``q_nope [T, H, 512]``, ``q_pe [T, H, D_PE]`` or None, ``kv [N, C]``,
@@ -141,6 +141,7 @@ def launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_
     """
     t_count, h_count, _ = q_nope.shape
     n_rows, topk = kv.shape[0], indices.shape[1]
+    interpret = os.environ.get("TRITON_INTERPRET") == "1"
     d_pe = 0 if q_pe is None else q_pe.shape[2]
     split_size = triton.cdiv(triton.cdiv(topk, splits), block_n) * block_n
     splits = max(1, triton.cdiv(topk, split_size))
@@ -157,7 +158,8 @@ def launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_
         D_PE=d_pe, FP8=fp8, FP8_CVT=fp8_cvt,
         HAS_LEN=topk_length is not None, HAS_SINK=attn_sink is not None,
         DTYPE=tl.float16 if (fp8 and fp16_operands) or q_nope.dtype == torch.float16 else tl.bfloat16,
-        BLOCK_H=block_h, BLOCK_N=block_n, UPCAST_DOT=os.environ.get("TRITON_INTERPRET") == "1",
+        BLOCK_H=block_h, BLOCK_N=block_n, INTERPRET=interpret,
+        PIN_CVT=fp8 and pin_conversion and not interpret,  # the interpreter runs no PTX
         num_warps=num_warps, num_stages=num_stages,
     )
     if splits == 1:

@@ -15,6 +15,7 @@ Provenance is noted above each table.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -24,14 +25,16 @@ import triton
 
 @dataclass(frozen=True)
 class TileConfig:
-    """Tile shape of the main kernel: heads and rows per tile, warps, pipeline stages; and
-    whether fp8_ds_mla rows feed the tensor cores as fp16 (else as q's dtype)."""
+    """Tile shape of the main kernel: heads and rows per tile, warps, pipeline stages;
+    whether fp8_ds_mla rows feed the tensor cores as fp16 (else as q's dtype); and a cap on
+    registers per thread (0: the compiler's choice), which buys programs resident per SM."""
 
     block_h: int
     block_n: int
     num_warps: int
     num_stages: int
     fp16_operands: bool = False
+    max_regs: int = 0
 
 
 @dataclass(frozen=True)
@@ -192,7 +195,7 @@ def plan_launch(family: str, sm_count: int, fp8_cvt: int, *, t_count: int, h_cou
     # Never tile more heads than exist (beyond the 16 rows tl.dot needs).
     block_h = min(tile.block_h, max(16, triton.next_power_of_2(h_count)))
     if block_h != tile.block_h:
-        tile = TileConfig(block_h, tile.block_n, tile.num_warps, tile.num_stages, tile.fp16_operands)
+        tile = dataclasses.replace(tile, block_h=block_h)
     splits = choose_splits(t_count, triton.cdiv(h_count, block_h), topk, tile.block_n, sm_count)
     return LaunchPlan(tile=tile, splits=splits, fp8_cvt=fp8_cvt,
                       pin_conversion=pin_fp8_conversion(family, block_h))

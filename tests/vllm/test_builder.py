@@ -19,12 +19,14 @@ def test_builder_mixed_batch(model_dirs, registered, cpu_vllm):
 
     config = make_vllm_config(model_dirs["deepseek_v32"], kv_cache_dtype="fp8_ds_mla")
     layer, _ = build_layer(config, num_heads=4, name="model.layers.1.self_attn.attn")
-    builder = build_builder(config, layer)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    builder = build_builder(config, layer, device=device)
     assert isinstance(builder, TritonMLASparseMetadataBuilder)
     assert builder.reorder_batch_threshold == 1
     assert TritonMLASparseMetadataBuilder.get_cudagraph_support(config, None) == AttentionCGSupport.UNIFORM_BATCH
     # Two decodes, a 3-token extend, a prefill, a padding request, three padded token rows.
-    batch = build_batch([1, 1, 3, 5, 0], [65, 200, 9, 5, 0], num_blocks=20, pad_tokens=3)
+    batch = build_batch([1, 1, 3, 5, 0], [65, 200, 9, 5, 0], num_blocks=20, pad_tokens=3,
+                        device=device)
     md = builder.build(0, batch.common)
     assert isinstance(md, TritonMLASparseMetadata)
     # vLLM counts the zero-length padding request among the prefills.

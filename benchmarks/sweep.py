@@ -63,8 +63,6 @@ def main(path):
         return main_fp8(path)
     if "--splits" in sys.argv:
         return main_splits(path)
-    if "--regs" in sys.argv:
-        return main_regs(path)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     caches = Caches()
     records = []
@@ -150,38 +148,6 @@ def main_splits(path):
                                 tile=str(plan.tile), us=us))
             print(f"SPLIT {w.name:36} per_sm={per_sm} splits={plan.splits:3d} {us:8.1f} us {plan.tile}",
                   flush=True)
-    with open(path, "w") as f:
-        json.dump(records, f, indent=1)
-
-
-# Register caps (programs resident per SM) x split rule, on the tiles the tables ship.
-REG_CASES = [
-    (Workload("decode", 128, 16, "fp8_ds_mla"), T(16, 32, 4, 2)),
-    (Workload("decode", 128, 8, "fp8_ds_mla"), T(16, 32, 4, 2)),
-    (Workload("decode", 32, 16, "fp8_ds_mla"), T(16, 32, 4, 2)),
-    (Workload("decode", 128, 32, "fp8_ds_mla"), T(32, 32, 4, 2)),
-    (Workload("decode", 128, 16, "bf16"), T(16, 64, 4, 3)),
-    (Workload("decode", 128, 32, "bf16"), T(32, 64, 4, 2)),
-]
-
-
-def main_regs(path):
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    caches = Caches()
-    records = []
-    for w, base in REG_CASES:
-        inputs = make_inputs(w, caches)
-        out = torch.empty(w.t, w.h, 512, device="cuda", dtype=torch.bfloat16)
-        for max_regs in (0, 168, 128, 96):
-            for per_sm in (2, 3, 4):
-                configs.PROGRAMS_PER_SM = per_sm
-                tile = configs.TileConfig(base.block_h, base.block_n, base.num_warps, base.num_stages,
-                                          max_regs=max_regs)
-                splits, us, meta = time_plan(inputs, out, tile, 2, w.fmt == "fp8_ds_mla", sms)
-                records.append(dict(workload=w.name, tile=str(tile), per_sm=per_sm, splits=splits,
-                                    us=us, **meta))
-                print(f"REGS {w.name:36} max_regs={max_regs:3d} per_sm={per_sm} splits={splits:3d} "
-                      f"{us:8.1f} us {meta}", flush=True)
     with open(path, "w") as f:
         json.dump(records, f, indent=1)
 

@@ -25,16 +25,14 @@ import triton
 
 @dataclass(frozen=True)
 class TileConfig:
-    """Tile shape of the main kernel: heads and rows per tile, warps, pipeline stages;
-    whether fp8_ds_mla rows feed the tensor cores as fp16 (else as q's dtype); and a cap on
-    registers per thread (0: the compiler's choice), which buys programs resident per SM."""
+    """Tile shape of the main kernel: heads and rows per tile, warps, pipeline stages; and
+    whether fp8_ds_mla rows feed the tensor cores as fp16 (else as q's dtype)."""
 
     block_h: int
     block_n: int
     num_warps: int
     num_stages: int
     fp16_operands: bool = False
-    max_regs: int = 0
 
 
 @dataclass(frozen=True)

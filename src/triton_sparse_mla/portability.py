@@ -29,8 +29,7 @@ def _jit_fn(kernel):
     return kernel if hasattr(kernel, "arg_names") else kernel.fn
 
 
-def _compile(kernel, types: dict, constexprs: dict, divisible: set, cap: int, warps: int, stages: int,
-             max_regs: int = 0):
+def _compile(kernel, types: dict, constexprs: dict, divisible: set, cap: int, warps: int, stages: int):
     fn = _jit_fn(kernel)
     names = fn.arg_names
     signature = {}
@@ -39,8 +38,7 @@ def _compile(kernel, types: dict, constexprs: dict, divisible: set, cap: int, wa
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in divisible}
     src = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
     target = GPUTarget("cuda", cap, 32)
-    options = {"num_warps": warps, "num_stages": stages, **({"maxnreg": max_regs} if max_regs else {})}
-    return triton.compile(src, target=target, options=options)
+    return triton.compile(src, target=target, options={"num_warps": warps, "num_stages": stages})
 
 
 def _main_kernel_variants(tile: configs.TileConfig, cap: int, fp8: bool, family: str):
@@ -67,7 +65,7 @@ def _main_kernel_variants(tile: configs.TileConfig, cap: int, fp8: bool, family:
             divisible = {n for n in types if n.endswith("_ptr")} | {
                 n for n in ints if n.startswith("stride_")}
             yield (f"fwd partial={int(partial)} d_pe={d_pe}", sparse_mla_fwd_kernel, types,
-                   constexprs, divisible, tile.num_warps, tile.num_stages, tile.max_regs)
+                   constexprs, divisible, tile.num_warps, tile.num_stages)
 
 
 def _combine_variant():
@@ -79,7 +77,7 @@ def _combine_variant():
     types.update({n: "i32" for n in names if n.startswith(("n_", "stride_"))})
     constexprs = dict(HAS_SINK=True, BLOCK_S=64, BLOCK_D=64, D_V=512)
     divisible = {n for n in types if n.endswith("_ptr")}
-    return ("combine S=64", combine_kernel, types, constexprs, divisible, 4, 1, 0)
+    return ("combine S=64", combine_kernel, types, constexprs, divisible, 4, 1)
 
 
 def check_all(families=None) -> list[dict]:
@@ -93,12 +91,11 @@ def check_all(families=None) -> list[dict]:
                 for v in _main_kernel_variants(tile, cap, kind == "fp8", family):
                     jobs.append((f"{phase}/{kind}/{tile.block_h}x{tile.block_n}", v))
             jobs.append(("combine", _combine_variant()))
-            for key, (label, kernel, types, constexprs, divisible, warps, stages, max_regs) in jobs:
+            for key, (label, kernel, types, constexprs, divisible, warps, stages) in jobs:
                 rec = dict(family=family, target=f"sm{cap}", config=key, variant=label,
                            num_warps=warps, num_stages=stages, limit=limit)
                 try:
-                    compiled = _compile(kernel, types, constexprs, divisible, cap, warps, stages,
-                                        max_regs)
+                    compiled = _compile(kernel, types, constexprs, divisible, cap, warps, stages)
                     rec.update(shared=compiled.metadata.shared, ok=compiled.metadata.shared <= limit,
                                error=None)
                 except Exception as exc:  # a failure to compile is a result to report

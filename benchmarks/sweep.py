@@ -2,7 +2,9 @@
 
 Prints per workload every candidate's median time (CUDA-graph replay) and the compiled
 kernel's registers, spills and shared memory; writes JSON. The winners go into configs.py
-with a note of the run. Usage: python benchmarks/sweep.py OUT.json
+with a note of the run. Usage: python benchmarks/sweep.py OUT.json [--fp8 | --splits]
+(--fp8: fp8 conversion variants, pinned or not; --splits: the shipped plan under several
+split rules).
 """
 
 import json

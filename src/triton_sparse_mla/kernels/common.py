@@ -71,7 +71,8 @@ def load_latent_tile(p_row, m_n, J: tl.constexpr, FP8: tl.constexpr, FP8_CVT: tl
     """Latent columns ``[128 J, 128 J + 128)`` of BLOCK_N gathered rows.
 
     ``p_row`` [BLOCK_N] row pointers (element pointers for bf16/fp16 rows, byte pointers for
-    fp8_ds_mla rows), ``m_n`` [BLOCK_N] validity: masked rows are never read.
+    fp8_ds_mla rows), ``m_n`` [BLOCK_N] validity: masked rows are never read. ``PIN`` keeps
+    an fp8 tile's conversion here (:func:`convert_here`; ``configs.pin_fp8_conversion``).
     Returns ``(tile [BLOCK_N, 128] in DTYPE, scale [BLOCK_N] fp32)``; the scale is all ones
     for bf16/fp16 rows, and zero on masked fp8 rows.
     """

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Make vLLM 0.33 importable on the GPU machine (no network, no vLLM there), then run "$@".
 # Needs the git-ignored .vllm-carry in the call's carry list: wheels/*.whl (cp312 deps missing
-# there + this project's wheel, for its vllm.general_plugins entry point) and vllm-*.tar.xz.
+# there + this project's wheel, for its vllm.general_plugins entry point) and vllm-*.tar.xz
+# (vllm-dg.tar.xz: DeepGEMM, which the DSA indexer needs).
 # Usage, from the repo root:
 #   bash benchmarks/vllm_device_setup.sh python3 -m pytest -q -p no:cacheprovider tests/vllm
 set -euo pipefail
@@ -25,6 +26,26 @@ p = sys.argv[1]
 s = open(p).read().replace("if not (FA2_AVAILABLE or FA3_AVAILABLE):", "if False:  # not carried")
 open(p, "w").write(s)
 PY
+# The DeepSeek-V3.2 q kernel module imports cutlass-dsl (not installed there) at its top; the
+# kernel itself is SM100-only, so a stub that reports "unsupported" behaves the same on SM90.
+if ! python3 -c "import cutlass" 2>/dev/null; then
+  cat > "$site/vllm/models/deepseek_v32/nvidia/ops/fused_q_cutedsl.py" <<'PY'
+# Stub written by benchmarks/vllm_device_setup.sh: cutlass-dsl is not installed here.
+def is_fused_q_cutedsl_supported(*args, **kwargs):
+    return False
+
+
+def fused_q_cutedsl(*args, **kwargs):
+    raise RuntimeError("fused_q_cutedsl needs cutlass-dsl, which is not installed")
+PY
+fi
+# DeepGEMM (carried in vllm-dg.tar.xz) compiles its kernels with nvcc at run time.
+if [ -z "${CUDA_HOME:-}" ]; then
+  for d in /usr/local/cuda "$(dirname "$(dirname "$(readlink -f "$(command -v nvcc || echo .)")")")"; do
+    if [ -x "$d/bin/nvcc" ] && [ -f "$d/include/cuda.h" ]; then export CUDA_HOME=$d; break; fi
+  done
+fi
+echo "CUDA_HOME=${CUDA_HOME:-unset}"
 pp="$site:$PWD/src"
 if [ -d /tmp/site ]; then pp="/tmp/site:$pp"; fi
 export PYTHONPATH="$pp${PYTHONPATH:+:$PYTHONPATH}"

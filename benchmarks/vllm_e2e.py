@@ -1,0 +1,314 @@
+"""End-to-end check through vLLM's ``LLM`` engine: TRITON_MLA_SPARSE against FLASHMLA_SPARSE.
+
+A tiny, randomly initialised DeepSeek-V3.2 model (real MLA and indexer geometry, everything
+else shrunk, dense layers only) runs greedy decoding once per attention backend, each in a
+fresh process, on the same seeded dummy weights. Prints per-prompt tokens and logprobs, a
+verdict, and writes everything as JSON.
+
+Needs a Hopper/Blackwell GPU, vLLM 0.33 with DeepGEMM (the DSA indexer uses it) and this
+project's plugin. On the device machine:
+
+    bash benchmarks/vllm_device_setup.sh python3 benchmarks/vllm_e2e.py OUT.json
+
+Usage: vllm_e2e.py OUT.json [--timeout S] [--kv-cache-dtype auto|fp8_ds_mla] [--max-tokens N]
+       [--config-only DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+OURS = "TRITON_MLA_SPARSE"
+REFERENCE = "FLASHMLA_SPARSE"
+
+MODEL = dict(
+    model_type="deepseek_v32",
+    architectures=["DeepseekV32ForCausalLM"],
+    vocab_size=1024,
+    hidden_size=256,
+    intermediate_size=512,
+    moe_intermediate_size=64,
+    num_hidden_layers=2,
+    first_k_dense_replace=2,  # every layer dense: no fused-MoE kernels needed
+    n_routed_experts=4,
+    n_shared_experts=1,
+    num_experts_per_tok=2,
+    n_group=1,
+    topk_group=1,
+    q_lora_rank=64,
+    kv_lora_rank=512,
+    qk_rope_head_dim=64,
+    qk_nope_head_dim=128,
+    v_head_dim=128,
+    num_attention_heads=16,  # DeepSeek-V3.2 at TP8
+    num_key_value_heads=16,
+    index_n_heads=64,  # DeepGEMM's indexer kernels take 32 or 64 heads of 128
+    index_head_dim=128,
+    index_topk=128,
+    max_position_embeddings=4096,
+    rope_scaling=None,
+    torch_dtype="bfloat16",
+    bos_token_id=0,
+    eos_token_id=1,
+)
+
+PROMPT_LENGTHS = (7, 100, 200, 333)  # two longer than index_topk, so the indexer selects
+ENV = {
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",  # engine in this process: the loader patch applies
+    "VLLM_USE_FLASHINFER_SAMPLER": "0",
+    "VLLM_DEEP_GEMM_WARMUP": "skip",
+    "DG_JIT_CACHE_DIR": "/tmp/dg",  # shared, so the second engine reuses DeepGEMM's builds
+}
+
+
+def write_model_dir(root: Path) -> Path:
+    """Write the tiny model's ``config.json`` under ``root/deepseek_v32_tiny``."""
+    path = root / "deepseek_v32_tiny"
+    path.mkdir(parents=True, exist_ok=True)
+    spec = dict(MODEL)
+    try:
+        from transformers import AutoConfig
+
+        model_type = spec.pop("model_type")
+        AutoConfig.for_model(model_type, **spec).save_pretrained(path)
+        written = json.loads((path / "config.json").read_text())
+        assert written["model_type"] == model_type and written["index_n_heads"] == MODEL["index_n_heads"]
+    except Exception as exc:  # transformers without this model type: vLLM reads plain JSON too
+        print(f"config via transformers failed ({exc!r}); writing plain JSON")
+        (path / "config.json").write_text(json.dumps(MODEL, indent=2))
+    return path
+
+
+def prompts() -> list[list[int]]:
+    rng = random.Random(0)
+    return [[rng.randrange(2, MODEL["vocab_size"]) for _ in range(n)] for n in PROMPT_LENGTHS]
+
+
+# ---------------------------------------------------------------- worker (one engine per process)
+
+
+def _patch_dummy_loader() -> None:
+    """Dummy weights of a usable scale, identical in every process.
+
+    vLLM's dummy loader fills every tensor with U(-1e-3, 1e-3), which makes all logits
+    nearly equal (greedy tokens become noise). Here: norms 1 (bias 0), matrices
+    U(-b, b) with b = sqrt(3 / fan_in), seeded by the tensor's full name.
+    """
+    import zlib
+
+    import torch
+    from vllm.model_executor.model_loader import dummy_loader
+
+    def load_weights(self, model, model_config):
+        for mname, layer in model.named_modules():
+            is_norm = "norm" in type(layer).__name__.lower()
+            skip = getattr(layer, "_non_persistent_buffers_set", set())
+            tensors = list(layer.named_parameters(recurse=False)) + list(layer.named_buffers(recurse=False))
+            for pname, t in tensors:
+                if pname in skip or not torch.is_floating_point(t) or t.numel() <= 1 or "scale" in pname:
+                    continue
+                if is_norm:
+                    t.data.fill_(1.0 if pname == "weight" else 0.0)
+                    continue
+                gen = torch.Generator(device=t.device)
+                gen.manual_seed(zlib.crc32(f"{mname}.{pname}".encode()))
+                bound = (3.0 / t.shape[-1]) ** 0.5 if t.dim() >= 2 else 0.02
+                tmp = torch.empty(t.shape, dtype=torch.float32, device=t.device)
+                tmp.uniform_(-bound, bound, generator=gen)
+                t.data.copy_(tmp)
+
+    dummy_loader.DummyModelLoader.load_weights = load_weights
+
+
+def _attention_backends(model) -> dict:
+    out = {}
+    for name, module in model.named_modules():
+        impl = getattr(module, "impl", None)
+        if impl is None:
+            continue
+        backend = getattr(module, "attn_backend", None)
+        bname = backend.get_name() if backend is not None and hasattr(backend, "get_name") else None
+        out[name] = f"{bname}:{type(impl).__name__}"
+    return out
+
+
+def run_worker(backend: str, model_dir: str, result: str, kv_cache_dtype: str, max_tokens: int) -> None:
+    from vllm import LLM, SamplingParams
+
+    _patch_dummy_loader()
+    kwargs = dict(
+        model=model_dir,
+        load_format="dummy",
+        skip_tokenizer_init=True,
+        dtype="bfloat16",
+        kv_cache_dtype=kv_cache_dtype,
+        enforce_eager=True,
+        compilation_config=0,  # CompilationMode.NONE: no torch.compile
+        max_model_len=1024,
+        max_num_batched_tokens=1024,
+        block_size=64,
+        max_num_seqs=4,
+        gpu_memory_utilization=0.3,
+        seed=0,
+    )
+    if backend == REFERENCE:
+        kwargs["attention_config"] = {"backend": REFERENCE}
+    t0 = time.time()
+    llm = LLM(**kwargs)
+    t_init = time.time() - t0
+    try:
+        layers = llm.apply_model(_attention_backends)[0]
+    except Exception as exc:
+        layers = {"error": repr(exc)}
+    params = SamplingParams(
+        temperature=0.0, max_tokens=max_tokens, logprobs=2, prompt_logprobs=0, ignore_eos=True, detokenize=False
+    )
+    t0 = time.time()
+    outs = llm.generate([{"prompt_token_ids": p} for p in prompts()], params, use_tqdm=False)
+    t_gen = time.time() - t0
+    seqs = []
+    for o in outs:
+        c = o.outputs[0]
+        tokens = list(c.token_ids)
+        lps, gaps = [], []
+        for tok, d in zip(tokens, c.logprobs or []):
+            lps.append(float(d[tok].logprob))
+            ranked = sorted((float(v.logprob) for v in d.values()), reverse=True)
+            gaps.append(ranked[0] - ranked[1] if len(ranked) > 1 else None)
+        plps = [None if d is None else float(next(iter(d.values())).logprob) for d in (o.prompt_logprobs or [])]
+        seqs.append(dict(prompt_len=len(o.prompt_token_ids), tokens=tokens, logprobs=lps, top2_gap=gaps,
+                         prompt_logprobs=plps))
+    Path(result).write_text(json.dumps(dict(backend=backend, layers=layers, init_s=t_init, generate_s=t_gen,
+                                            seqs=seqs)))
+
+
+# ---------------------------------------------------------------- driver
+
+
+def run_engine(backend: str, model_dir: Path, work: Path, log_path: Path, args, timeout: float) -> dict:
+    result = work / f"{backend}.json"
+    env = dict(os.environ)
+    for k, v in ENV.items():
+        env.setdefault(k, v)
+    # force: our backend ranks first; off: vLLM's own selection (the reference is also named explicitly)
+    env["TRITON_SPARSE_MLA_SELECT"] = "force" if backend == OURS else "off"
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", backend, str(model_dir), str(result),
+           "--kv-cache-dtype", args.kv_cache_dtype, "--max-tokens", str(args.max_tokens)]
+    t0 = time.time()
+    with open(log_path, "w") as log:
+        try:
+            rc = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=timeout).returncode
+        except subprocess.TimeoutExpired:
+            rc = "timeout"
+    wall = time.time() - t0
+    log_text = log_path.read_text(errors="replace")
+    info = dict(rc=rc, wall_s=round(wall, 1), log=str(log_path))
+    info["selection_log"] = [ln.strip()[-300:] for ln in log_text.splitlines()
+                             if "triton-sparse-mla" in ln or "attention backend" in ln or "Using " in ln][:10]
+    if result.exists():  # written before teardown, so a late hang does not lose it
+        info.update(json.loads(result.read_text()))
+    else:
+        info["log_tail"] = log_text.splitlines()[-40:]
+    names = set(info.get("layers", {}).values()) if isinstance(info.get("layers"), dict) else set()
+    info["selected"] = sorted(names)
+    other = REFERENCE if backend == OURS else OURS  # (the indexer's cache layer has its own backend)
+    info["selected_ok"] = any(n.startswith(backend + ":") for n in names) and not any(
+        n.startswith(other + ":") for n in names)
+    print(f"== {backend}: rc={rc} wall={wall:.0f}s selected={sorted(names)} ok={info['selected_ok']}")
+    for ln in info["selection_log"]:
+        print("   log:", ln)
+    if "log_tail" in info:
+        print("   --- log tail ---")
+        for ln in info["log_tail"][-25:]:
+            print("  ", ln[:300])
+    for s in info.get("seqs", []):
+        lp = " ".join(f"{x:.3f}" for x in s["logprobs"])
+        print(f"   prompt {s['prompt_len']:4d}: tokens {s['tokens']}  logprobs [{lp}]")
+    return info
+
+
+def _max_abs_diff(a, b):
+    d = [abs(x - y) for x, y in zip(a, b) if x is not None and y is not None]
+    return max(d) if d else None
+
+
+def compare(ours: dict, ref: dict) -> dict:
+    per = []
+    for so, sr in zip(ours["seqs"], ref["seqs"]):
+        to, tr = so["tokens"], sr["tokens"]
+        first = next((i for i, (x, y) in enumerate(zip(to, tr)) if x != y), None)
+        n = len(to) if first is None else first + 1  # logprobs compare up to and including the split
+        gap = sr["top2_gap"][first] if first is not None else None
+        per.append(dict(prompt_len=so["prompt_len"], tokens_match=to == tr, first_divergence=first,
+                        ref_top2_gap_at_divergence=gap,
+                        max_logprob_diff=_max_abs_diff(so["logprobs"][:n], sr["logprobs"][:n]),
+                        max_prompt_logprob_diff=_max_abs_diff(so["prompt_logprobs"], sr["prompt_logprobs"])))
+    return dict(per_prompt=per, all_tokens_match=all(p["tokens_match"] for p in per),
+                max_logprob_diff=max((p["max_logprob_diff"] or 0.0) for p in per),
+                max_prompt_logprob_diff=max((p["max_prompt_logprob_diff"] or 0.0) for p in per))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out_json", nargs="?")
+    ap.add_argument("--timeout", type=float, default=200.0,
+                    help="seconds per engine process; the first gets 1.5x (DeepGEMM's nvcc builds)")
+    ap.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "bfloat16", "fp8_ds_mla"])
+    ap.add_argument("--max-tokens", type=int, default=8)
+    ap.add_argument("--tol", type=float, default=0.05, help="max logprob difference for a pass")
+    ap.add_argument("--config-only", metavar="DIR", help="write the model config under DIR and stop")
+    ap.add_argument("--worker", nargs=3, metavar=("BACKEND", "MODEL_DIR", "RESULT"), help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        run_worker(*args.worker, args.kv_cache_dtype, args.max_tokens)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)  # the result is written: skip engine teardown, which can hang
+    if args.config_only:
+        print(write_model_dir(Path(args.config_only)))
+        return 0
+    if not args.out_json:
+        ap.error("out_json is required")
+    out = Path(args.out_json)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    report = dict(kv_cache_dtype=args.kv_cache_dtype, max_tokens=args.max_tokens, model=MODEL,
+                  prompt_lengths=list(PROMPT_LENGTHS))
+    with tempfile.TemporaryDirectory(prefix="vllm_e2e_") as tmp:
+        model_dir = write_model_dir(Path(tmp))
+        for i, backend in enumerate((OURS, REFERENCE)):  # ours first: it matters most if time runs out
+            log_path = out.with_name(f"{out.stem}.{backend}.log")
+            timeout = args.timeout * (1.5 if i == 0 else 1.0)
+            report[backend] = run_engine(backend, model_dir, Path(tmp), log_path, args, timeout)
+            out.write_text(json.dumps(report, indent=1))
+    ours, ref = report[OURS], report[REFERENCE]
+    if ours.get("seqs") and ref.get("seqs"):
+        cmp = compare(ours, ref)
+        report["compare"] = cmp
+        for p in cmp["per_prompt"]:
+            print(f"   prompt {p['prompt_len']:4d}: tokens_match={p['tokens_match']} "
+                  f"first_divergence={p['first_divergence']} max|dlogprob|={p['max_logprob_diff']} "
+                  f"max|dprompt_logprob|={p['max_prompt_logprob_diff']}")
+        passed = ours["selected_ok"] and ref["selected_ok"] and cmp["all_tokens_match"] and \
+            cmp["max_logprob_diff"] <= args.tol and cmp["max_prompt_logprob_diff"] <= args.tol
+        verdict = "PASS" if passed else "FAIL"
+        report["verdict"] = verdict
+        print(f"VERDICT {verdict}: ours selected={ours['selected_ok']} ref selected={ref['selected_ok']} "
+              f"tokens match={cmp['all_tokens_match']} max|dlogprob|={cmp['max_logprob_diff']:.4f} "
+              f"max|dprompt_logprob|={cmp['max_prompt_logprob_diff']:.4f} (tol {args.tol})")
+    else:
+        report["verdict"] = "INCOMPLETE"
+        print(f"VERDICT INCOMPLETE: {OURS} rc={ours['rc']}, {REFERENCE} rc={ref['rc']} (see the logs)")
+    out.write_text(json.dumps(report, indent=1))
+    return 0 if report["verdict"] == "PASS" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

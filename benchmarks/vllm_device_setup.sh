@@ -2,7 +2,7 @@
 # Make vLLM 0.33 importable on the GPU machine (no network, no vLLM there), then run "$@".
 # Needs the git-ignored .vllm-carry in the call's carry list: wheels/*.whl (cp312 deps missing
 # there + this project's wheel, for its vllm.general_plugins entry point) and vllm-*.tar.xz
-# (vllm-dg.tar.xz: DeepGEMM, which the DSA indexer needs).
+# (vllm-dg.tar.xz: DeepGEMM, which the DSA indexer needs), built by benchmarks/vllm_carry/build.sh.
 # Usage, from the repo root:
 #   bash benchmarks/vllm_device_setup.sh python3 -m pytest -q -p no:cacheprovider tests/vllm
 set -euo pipefail

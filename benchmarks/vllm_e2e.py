@@ -11,7 +11,7 @@ project's plugin. On the device machine:
     bash benchmarks/vllm_device_setup.sh python3 benchmarks/vllm_e2e.py OUT.json
 
 Usage: vllm_e2e.py OUT.json [--timeout S] [--kv-cache-dtype auto|fp8_ds_mla] [--max-tokens N]
-       [--config-only DIR]
+       [--index-topk N] [--config-only DIR]
 """
 
 from __future__ import annotations
@@ -263,6 +263,9 @@ def main(argv=None) -> int:
                     help="seconds per engine process; the first gets 1.5x (DeepGEMM's nvcc builds)")
     ap.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "bfloat16", "fp8_ds_mla"])
     ap.add_argument("--max-tokens", type=int, default=8)
+    ap.add_argument("--index-topk", type=int, default=MODEL["index_topk"],
+                    help="rows the DSA indexer keeps; at least the longest prompt (e.g. 512) makes "
+                         "every layer attend to every token, which takes the indexer's choice out")
     ap.add_argument("--tol", type=float, default=0.05, help="max logprob difference for a pass")
     ap.add_argument("--config-only", metavar="DIR", help="write the model config under DIR and stop")
     ap.add_argument("--worker", nargs=3, metavar=("BACKEND", "MODEL_DIR", "RESULT"), help=argparse.SUPPRESS)
@@ -272,6 +275,7 @@ def main(argv=None) -> int:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)  # the result is written: skip engine teardown, which can hang
+    MODEL["index_topk"] = args.index_topk
     if args.config_only:
         print(write_model_dir(Path(args.config_only)))
         return 0

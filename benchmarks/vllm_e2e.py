@@ -181,7 +181,7 @@ def _check_ours_against_reference(checks: list) -> None:
     impl.sparse_mla_attention = checked
 
 
-PERTURBED = OURS + "+1ulp"
+PERTURBED = OURS + "_NUDGED"
 """The control: our backend with every attention output nudged by about one bf16 step."""
 
 

@@ -1,0 +1,56 @@
+"""The verdict rule of the vLLM end-to-end comparison (benchmarks/vllm_e2e.py), on made-up runs.
+
+The script itself needs vLLM and a GPU; its comparison of two engines' greedy outputs does not.
+"""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "vllm_e2e.py"
+_spec = importlib.util.spec_from_file_location("vllm_e2e", _PATH)
+e2e = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(e2e)
+
+TOL = 0.05
+
+
+def run(tokens, logprobs, gaps, prompt_logprobs=(None, -4.0, -4.1)):
+    seq = dict(prompt_len=3, tokens=list(tokens), logprobs=list(logprobs), top2_gap=list(gaps),
+               prompt_logprobs=list(prompt_logprobs))
+    return dict(seqs=[seq])
+
+
+def test_identical_runs_match():
+    a = run([5, 6, 7], [-4.0, -4.2, -3.9], [0.3, 0.2, 0.4])
+    cmp = e2e.compare(a, a, TOL)
+    assert cmp["all_tokens_match"] and cmp["splits_only_at_near_ties"]
+    assert cmp["max_logprob_diff"] == 0.0 and cmp["max_prompt_logprob_diff"] == 0.0
+
+
+def test_split_at_a_near_tie_is_accepted_and_compared_up_to_the_split():
+    ours = run([5, 6, 9, 1], [-4.00, -4.20, -3.00, -1.0], [0.3, 0.2, 0.0, 0.1])
+    ref = run([5, 6, 7, 2], [-4.01, -4.21, -4.50, -9.0], [0.3, 0.2, 0.03, 0.1])
+    cmp = e2e.compare(ours, ref, TOL)
+    per = cmp["per_prompt"][0]
+    assert per["first_divergence"] == 2 and per["divergence_is_near_tie"]
+    assert per["top2_gap_at_divergence"] == (0.03, 0.0)
+    assert not cmp["all_tokens_match"] and cmp["splits_only_at_near_ties"]
+    # up to and including the split: |-3.00 - -4.50| counts, the step after it (8.0) does not
+    assert cmp["max_logprob_diff"] == pytest.approx(1.5)
+
+
+def test_split_with_a_clear_margin_is_rejected():
+    ours = run([5, 8, 9], [-4.0, -2.0, -3.0], [0.3, 0.5, 0.4])
+    ref = run([5, 6, 7], [-4.0, -2.1, -3.1], [0.3, 0.4, 0.4])
+    cmp = e2e.compare(ours, ref, TOL)
+    assert cmp["per_prompt"][0]["first_divergence"] == 1
+    assert not cmp["per_prompt"][0]["divergence_is_near_tie"]
+    assert not cmp["splits_only_at_near_ties"]
+
+
+def test_prompt_logprob_differences_are_reported():
+    a = run([5], [-4.0], [0.3], prompt_logprobs=(None, -4.0, -4.1))
+    b = run([5], [-4.0], [0.3], prompt_logprobs=(None, -4.0, -4.3))
+    assert e2e.compare(a, b, TOL)["max_prompt_logprob_diff"] == pytest.approx(0.2)

@@ -77,8 +77,8 @@ SHIPPED = sorted({(kind, tile) for family in configs.CONFIGS
 
 
 @pytest.mark.parametrize("kind, tile", [
-    pytest.param(kind, tile, id=f"{kind}-{tile.block_h}x{tile.block_n}-w{tile.num_warps}-s{tile.num_stages}"
-                 + ("-f16" if tile.fp16_operands else "")) for kind, tile in SHIPPED])
+    pytest.param(kind, tile, id=f"{kind}-{tile.block_h}x{tile.block_n}-w{tile.num_warps}-s{tile.num_stages}")
+    for kind, tile in SHIPPED])
 def test_every_shipped_config(kind, tile, device):
     """Each distinct tile of every family's table (as its architecture runs it; on a GPU the
     99 KB and 163 KB tiles run here too) matches the reference, split and not."""
@@ -127,10 +127,10 @@ def test_empty_topk_and_no_tokens(device):
     assert out0.shape == (0, 8, 512)
 
 
-@pytest.mark.parametrize("level", [0, 1, 2], ids=["int-decode", "cvt-f32", "cvt-direct"])
+@pytest.mark.parametrize("level", [0, 1], ids=["int-decode", "cvt-f32"])
 def test_fp8_conversion_paths(level, device):
-    """Each way of turning e4m3 bytes into operands (SM80/86, SM89, SM90+) matches the
-    reference; on an SM90+ GPU all three run, so the older architectures' paths are exercised."""
+    """Each way of turning e4m3 bytes into fp32 (SM80/86; SM89 and newer) matches the
+    reference; on an SM89+ GPU both run, so the older architectures' path is exercised."""
     if level > 0 and (device.type != "cuda" or configs.fp8_cvt_level(torch.cuda.get_device_capability(device)) < level):
         pytest.skip("this conversion needs a newer GPU")
     prob = make_problem(t=3, h=16, k=100, n=300, fmt="fp8_ds_mla", device=device, topk_length="partial")

@@ -25,14 +25,12 @@ import triton
 
 @dataclass(frozen=True)
 class TileConfig:
-    """Tile shape of the main kernel: heads and rows per tile, warps, pipeline stages; and
-    whether fp8_ds_mla rows feed the tensor cores as fp16 (else as q's dtype)."""
+    """Tile shape of the main kernel: heads and rows per tile, warps, pipeline stages."""
 
     block_h: int
     block_n: int
     num_warps: int
     num_stages: int
-    fp16_operands: bool = False
 
 
 @dataclass(frozen=True)
@@ -137,10 +135,8 @@ def family_of(capability: tuple[int, int]) -> str:
 
 
 def fp8_cvt_level(capability: tuple[int, int]) -> int:
-    """How the kernels turn e4m3 bytes into operands on this architecture (kernels/common.py):
-    0 integer decoding (below SM89), 1 hardware e4m3 -> fp32 (SM89), 2 direct (SM90+)."""
-    if capability >= (9, 0):
-        return 2
+    """How the kernels turn e4m3 bytes into fp32 on this architecture (kernels/common.py):
+    0 integer decoding (below SM89), 1 the hardware conversion (SM89 and newer)."""
     return 1 if capability >= (8, 9) else 0
 
 

@@ -60,7 +60,7 @@ def _main_kernel_variants(tile: configs.TileConfig, cap: int, fp8: bool, family:
                               HAS_SINK=True, PARTIAL=partial, BLOCK_H=tile.block_h,
                               BLOCK_N=tile.block_n, INTERPRET=False,
                               PIN_CVT=fp8 and configs.pin_fp8_conversion(family, tile.block_h),
-                              DTYPE=tl.float16 if fp8 and tile.fp16_operands else tl.bfloat16)
+                              DTYPE=tl.bfloat16)
             # Rows of 576 bf16 values and of 656 bytes both keep 16-byte alignment.
             divisible = {n for n in types if n.endswith("_ptr")} | {
                 n for n in ints if n.startswith("stride_")}

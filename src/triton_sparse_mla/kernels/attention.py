@@ -2,10 +2,10 @@
 
 Each program walks its slice of ``indices[t]`` in tiles of BLOCK_N rows. A gathered tile is
 loaded once and shared by all BLOCK_H heads; its latent columns serve as V. The latent is four
-128-column tiles (the fp8_ds_mla quantization tile, see :mod:`.common`), so an fp8 row is only
-converted, never rescaled: its scales multiply scores and probabilities. Scores use tensor-core
-dots over the 512 latent and 64 rope columns (no padding to 1024) and an online softmax in
-base 2 with a finite running max, so fully masked tiles give no NaN.
+128-column tiles (the fp8_ds_mla quantization tile); an fp8 tile is dequantized once, where it
+is loaded (see :mod:`.common`). Scores use tensor-core dots over the 512 latent and 64 rope
+columns (no padding to 1024) and an online softmax in base 2 with a finite running max, so
+fully masked tiles give no NaN.
 
 With one split the program writes the final output and lse. With several, it writes a
 normalised partial output and its base-2 lse, and :mod:`.combine` merges them.
@@ -19,8 +19,7 @@ import triton
 import triton.language as tl
 
 from .combine import launch_combine
-from .common import (LATENT_TILE, LN2, load_latent_tile, load_rope_tile, mma, sink_factor,
-                     tile_scores, tile_update)
+from .common import LATENT_TILE, LN2, load_latent_tile, load_rope_tile, mma, sink_factor, tile_update
 
 D_NOPE = 512
 
@@ -61,8 +60,7 @@ def sparse_mla_fwd_kernel(
     o_h = i_h * BLOCK_H + tl.arange(0, BLOCK_H)
     m_h = o_h < n_heads
     p_qn = q_nope_ptr + i_t * stride_qn_t + o_h * stride_qn_h  # [BLOCK_H]
-    # DTYPE is the tensor-core operand type: q's dtype, or fp16 for fp8 rows when the config
-    # asks (e4m3 -> fp16 is one instruction per two values; e4m3 -> bf16 is not).
+    # DTYPE is the tensor-core operand type: q's dtype (fp8 rows are dequantized into it).
     b_q0 = _load_q_tile(p_qn, m_h, 0).to(DTYPE)
     b_q1 = _load_q_tile(p_qn, m_h, 1).to(DTYPE)
     b_q2 = _load_q_tile(p_qn, m_h, 2).to(DTYPE)
@@ -90,14 +88,14 @@ def sparse_mla_fwd_kernel(
         b_idx = tl.load(idx_ptr + i_t * stride_idx_t + o_n, mask=m_n, other=-1)
         m_n = m_n & (b_idx >= 0) & (b_idx < n_rows)
         p_row = kv_ptr + b_idx.to(tl.int64) * stride_kv  # [BLOCK_N]
-        b_k0, b_c0 = load_latent_tile(p_row, m_n, 0, FP8, FP8_CVT, DTYPE, PIN_CVT)  # [BLOCK_N, 128], [BLOCK_N]
-        b_k1, b_c1 = load_latent_tile(p_row, m_n, 1, FP8, FP8_CVT, DTYPE, PIN_CVT)
-        b_k2, b_c2 = load_latent_tile(p_row, m_n, 2, FP8, FP8_CVT, DTYPE, PIN_CVT)
-        b_k3, b_c3 = load_latent_tile(p_row, m_n, 3, FP8, FP8_CVT, DTYPE, PIN_CVT)
-        b_s = tile_scores(b_q0, b_k0, b_c0, FP8, INTERPRET)  # [BLOCK_H, BLOCK_N]
-        b_s += tile_scores(b_q1, b_k1, b_c1, FP8, INTERPRET)
-        b_s += tile_scores(b_q2, b_k2, b_c2, FP8, INTERPRET)
-        b_s += tile_scores(b_q3, b_k3, b_c3, FP8, INTERPRET)
+        b_k0 = load_latent_tile(p_row, m_n, 0, FP8, FP8_CVT, DTYPE, PIN_CVT)  # [BLOCK_N, 128]
+        b_k1 = load_latent_tile(p_row, m_n, 1, FP8, FP8_CVT, DTYPE, PIN_CVT)
+        b_k2 = load_latent_tile(p_row, m_n, 2, FP8, FP8_CVT, DTYPE, PIN_CVT)
+        b_k3 = load_latent_tile(p_row, m_n, 3, FP8, FP8_CVT, DTYPE, PIN_CVT)
+        b_s = mma(b_q0, tl.trans(b_k0), INTERPRET)  # [BLOCK_H, BLOCK_N]
+        b_s += mma(b_q1, tl.trans(b_k1), INTERPRET)
+        b_s += mma(b_q2, tl.trans(b_k2), INTERPRET)
+        b_s += mma(b_q3, tl.trans(b_k3), INTERPRET)
         if D_PE > 0:
             b_kp = load_rope_tile(p_row, m_n, D_PE, FP8, DTYPE)  # [BLOCK_N, D_PE]
             b_s += mma(b_qp, tl.trans(b_kp), INTERPRET)
@@ -106,10 +104,12 @@ def sparse_mla_fwd_kernel(
         b_p = tl.exp2(b_s - b_m_new[:, None])
         b_alpha = tl.exp2(b_m - b_m_new)
         b_l = b_l * b_alpha + tl.sum(b_p, axis=1)
-        b_acc0 = tile_update(b_acc0, b_alpha, b_p, b_k0, b_c0, FP8, INTERPRET)
-        b_acc1 = tile_update(b_acc1, b_alpha, b_p, b_k1, b_c1, FP8, INTERPRET)
-        b_acc2 = tile_update(b_acc2, b_alpha, b_p, b_k2, b_c2, FP8, INTERPRET)
-        b_acc3 = tile_update(b_acc3, b_alpha, b_p, b_k3, b_c3, FP8, INTERPRET)
+        if FP8:  # P converted once here for fp8, inside tile_update for bf16: the codegen measured
+            b_p = b_p.to(DTYPE)
+        b_acc0 = tile_update(b_acc0, b_alpha, b_p, b_k0, INTERPRET)
+        b_acc1 = tile_update(b_acc1, b_alpha, b_p, b_k1, INTERPRET)
+        b_acc2 = tile_update(b_acc2, b_alpha, b_p, b_k2, INTERPRET)
+        b_acc3 = tile_update(b_acc3, b_alpha, b_p, b_k3, INTERPRET)
         b_m = b_m_new
 
     m_nonempty = b_l > 0.0
@@ -132,7 +132,7 @@ def sparse_mla_fwd_kernel(
 
 def launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, out, lse,
                           *, fp8, fp8_cvt, block_h, block_n, num_warps, num_stages, splits,
-                          fp16_operands=False, pin_conversion=True):
+                          pin_conversion=True):
     """Launch the kernel (and the combine step when ``splits > 1``); return the compiled main kernel.
 
     Shapes: ``q_nope [T, H, 512]``, ``q_pe [T, H, D_PE]`` or None, ``kv [N, C]``,
@@ -157,7 +157,7 @@ def launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_
         stride_kv=kv.stride(0), stride_idx_t=indices.stride(0),
         D_PE=d_pe, FP8=fp8, FP8_CVT=fp8_cvt,
         HAS_LEN=topk_length is not None, HAS_SINK=attn_sink is not None,
-        DTYPE=tl.float16 if (fp8 and fp16_operands) or q_nope.dtype == torch.float16 else tl.bfloat16,
+        DTYPE=tl.float16 if q_nope.dtype == torch.float16 else tl.bfloat16,
         BLOCK_H=block_h, BLOCK_N=block_n, INTERPRET=interpret,
         PIN_CVT=fp8 and pin_conversion and not interpret,  # the interpreter runs no PTX
         num_warps=num_warps, num_stages=num_stages,

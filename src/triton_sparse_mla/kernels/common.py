@@ -1,11 +1,13 @@
 """Shared ``@triton.jit`` helpers: latent-tile gathers, fp8 decode, scores, softmax, sink.
 
 The 512 latent columns of a cache row are handled as four tiles of 128 columns, the fp8_ds_mla
-quantization tile. An fp8 tile is converted exactly to q's dtype (every e4m3 value is
-representable in bf16 and fp16) and its per-row fp32 scale is applied to the scores and to the
-probabilities instead of to the tile: ``q . (s * k) = s * (q . k)`` and
-``sum_n p_n * (s_n * v_n) = sum_n (p_n * s_n) * v_n``. So no dequantized copy of the row is
-formed, and no rounding beyond bf16's is added.
+quantization tile. An fp8 tile is dequantized where it is loaded: each e4m3 value is converted
+exactly to fp32, multiplied by its row's fp32 scale for that tile, and rounded once to q's
+dtype; from there on it is the same tile a bf16 cache would give. Measured on the H200
+(BENCHMARKS.md, "fp8_ds_mla: dequantize at load"), this beats keeping the exact e4m3 values
+and applying the scales to the scores and probabilities, which needs one probability tile per
+latent tile, each moved between warps through shared memory: 5-10% in decode, 14-23% in
+prefill, for one extra bf16 rounding of the cache values.
 """
 
 import triton
@@ -19,19 +21,17 @@ FP8_SCALE_BYTE = tl.constexpr(formats.FP8_SCALE_OFFSET)
 FP8_ROPE_BYTE = tl.constexpr(formats.FP8_ROPE_OFFSET)
 
 
-# How fp8 bytes become tensor-core operands (chosen per device by configs.fp8_cvt_level):
-# integer bit decoding (any GPU, the interpreter), the hardware e4m3 -> fp32 conversion (SM89),
-# or the direct e4m3 -> bf16/fp16 conversion (SM90+; Triton 3.6 emits an SM90-only cvt for it).
+# How e4m3 bytes become fp32 (chosen per device by configs.fp8_cvt_level): integer bit decoding
+# (any GPU, the interpreter) or the hardware conversion (SM89 and newer).
 FP8_CVT_INT = tl.constexpr(0)
 FP8_CVT_F32 = tl.constexpr(1)
-FP8_CVT_DIRECT = tl.constexpr(2)
 
 
 @triton.jit
 def e4m3_to_f32(b_raw, FP8_CVT: tl.constexpr):
     """Decode float8_e4m3fn bytes (uint8 tile) to float32.
 
-    With ``FP8_CVT != FP8_CVT_INT`` the hardware conversion is used (SM89 and newer). Otherwise
+    With ``FP8_CVT == FP8_CVT_F32`` the hardware conversion is used (SM89 and newer). Otherwise
     the bits are rebuilt with integer operations, which every architecture (and the
     interpreter) runs: a normal
     number ``(e, m)`` keeps its 3 mantissa bits and moves its exponent from bias 7 to bias 127;
@@ -68,29 +68,25 @@ def convert_here(b_x):
 @triton.jit
 def load_latent_tile(p_row, m_n, J: tl.constexpr, FP8: tl.constexpr, FP8_CVT: tl.constexpr,
                      DTYPE: tl.constexpr, PIN: tl.constexpr):
-    """Latent columns ``[128 J, 128 J + 128)`` of BLOCK_N gathered rows.
+    """Latent columns ``[128 J, 128 J + 128)`` of BLOCK_N gathered rows, ``[BLOCK_N, 128]``.
 
     ``p_row`` [BLOCK_N] row pointers (element pointers for bf16/fp16 rows, byte pointers for
-    fp8_ds_mla rows), ``m_n`` [BLOCK_N] validity: masked rows are never read. ``PIN`` keeps
-    an fp8 tile's conversion here (:func:`convert_here`; ``configs.pin_fp8_conversion``).
-    Returns ``(tile [BLOCK_N, 128] in DTYPE, scale [BLOCK_N] fp32)``; the scale is all ones
-    for bf16/fp16 rows, and zero on masked fp8 rows.
+    fp8_ds_mla rows), ``m_n`` [BLOCK_N] validity: masked rows are never read and give zeros.
+    An fp8 tile is dequantized here into DTYPE (see the module docstring); ``PIN`` keeps that
+    work here (:func:`convert_here`; ``configs.pin_fp8_conversion``).
     """
     o_c = J * LATENT_TILE + tl.arange(0, LATENT_TILE)
     b_raw = tl.load(p_row[:, None] + o_c[None, :], mask=m_n[:, None], other=0)
+    # (no early return: Triton 3.6 compiles the code after a constexpr-guarded return)
     if FP8:
-        if FP8_CVT == FP8_CVT_DIRECT:
-            b_k = b_raw.to(tl.float8e4nv, bitcast=True).to(DTYPE)
-        else:
-            b_k = e4m3_to_f32(b_raw, FP8_CVT).to(DTYPE)
-        if PIN:
-            b_k = convert_here(b_k)
         p_scale = (p_row + FP8_SCALE_BYTE).to(tl.pointer_type(tl.float32)) + J
         b_c = tl.load(p_scale, mask=m_n, other=0.0)
+        b_k = (e4m3_to_f32(b_raw, FP8_CVT) * b_c[:, None]).to(DTYPE)
+        if PIN:
+            b_k = convert_here(b_k)
     else:
         b_k = b_raw
-        b_c = tl.full([p_row.shape[0]], 1.0, dtype=tl.float32)
-    return b_k, b_c
+    return b_k
 
 
 @triton.jit
@@ -119,20 +115,9 @@ def mma(a, b, INTERPRET: tl.constexpr):
 
 
 @triton.jit
-def tile_scores(b_q, b_k, b_c, FP8: tl.constexpr, INTERPRET: tl.constexpr):
-    """``q_tile . k_tile^T`` [BLOCK_H, BLOCK_N], times the rows' fp8 scales when FP8."""
-    b_s = mma(b_q, tl.trans(b_k), INTERPRET)
-    if FP8:
-        b_s = b_s * b_c[None, :]
-    return b_s
-
-
-@triton.jit
-def tile_update(b_acc, b_alpha, b_p, b_k, b_c, FP8: tl.constexpr, INTERPRET: tl.constexpr):
-    """One output tile's online-softmax update: ``acc * alpha + (p [* scale]) @ v_tile``."""
-    if FP8:
-        b_p = b_p * b_c[None, :]
-    return b_acc * b_alpha[:, None] + mma(b_p.to(b_k.dtype), b_k, INTERPRET)
+def tile_update(b_acc, b_alpha, b_p, b_v, INTERPRET: tl.constexpr):
+    """One output tile's online-softmax update: ``acc * alpha + p @ v_tile`` (p in v's dtype)."""
+    return b_acc * b_alpha[:, None] + mma(b_p.to(b_v.dtype), b_v, INTERPRET)
 
 
 @triton.jit

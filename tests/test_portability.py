@@ -42,7 +42,9 @@ for cap, family in ((90, "sm90"), (120, "sm86"), (89, "sm86"), (80, "sm80")):
         out[f"sm{cap}/{pin}"] = dict(cp_async=len(re.findall(r"cp\.async\.c[ga]\.shared\.global", ptx)),
                                     ld_global=len(re.findall(r"ld\.global\.v4", ptx)),
                                     lds_v2=len(re.findall(r"ld\.shared\.v2", ptx)),
-                                    ldmatrix=len(re.findall(r"ldmatrix\.", ptx)))
+                                    ldmatrix=len(re.findall(r"ldmatrix\.", ptx)),
+                                    cvt=len(re.findall(r"cvt\.rn\.f16x2\.e4m3x2", ptx)),
+                                    byte_lds=len(re.findall(r"ld\.shared\.[usb]8", ptx)))
 json.dump(out, open(sys.argv[1], "w"))
 """
 
@@ -68,3 +70,8 @@ def test_fp8_conversion_is_pinned_where_loaded(tmp_path):
         assert pinned["cp_async"] > free["cp_async"] + 8 and pinned["ld_global"] < free["ld_global"], (cap, counts)
         # operands come by ldmatrix, not piecewise shared-memory reads
         assert pinned["ldmatrix"] >= 3 * free["ldmatrix"] and 4 * pinned["lds_v2"] < free["lds_v2"], (cap, counts)
+        # no byte-wide shared reads, and no more conversions than without the pin
+        assert pinned["byte_lds"] == 0, (cap, counts)
+        if cap != "sm80":  # sm80 decodes e4m3 with integer operations, no cvt
+            # each value once: 32 rows x 512 bytes over 128 threads, two values per cvt
+            assert pinned["cvt"] == 32 * 512 // (128 * 2) and pinned["cvt"] <= free["cvt"], (cap, counts)

@@ -7,7 +7,8 @@ dtype; from there on it is the same tile a bf16 cache would give. Measured on th
 (BENCHMARKS.md, "fp8_ds_mla: dequantize at load"), this beats keeping the exact e4m3 values
 and applying the scales to the scores and probabilities, which needs one probability tile per
 latent tile, each moved between warps through shared memory: 5-10% in decode, 14-23% in
-prefill, for one extra bf16 rounding of the cache values.
+prefill, for one extra bf16 rounding of the cache values (none with power-of-two scales,
+whose products with e4m3 values are exact in bf16).
 """
 
 import triton

@@ -143,3 +143,15 @@ def test_fp8_conversion_paths(level, device):
     api._run(q_nope, q_pe, prob.kv, prob.indices, prob.topk_length, None, prob.sm_scale, out, lse,
              family=None, sm_count=1, fp8_cvt=level, fp8=True, plan=plan)
     assert_close(out, lse, ref_out, ref_lse, rtol_norm=TOL["fp8_ds_mla"])
+
+
+def test_fp8_power_of_two_scales_dequantize_exactly(device):
+    """fp8 tiles are dequantized at load into bf16. With power-of-two scales every product is
+    exact in bf16, so the LSE matches float64 as closely as with a bf16 cache (about 5e-7);
+    ``amax / 448`` scales would round each value once and show at the 1e-3 level."""
+    prob = make_problem(t=3, h=16, k=200, n=400, fmt="fp8_ds_mla", scale_style="pow2", device=device)
+    out, lse = sparse_mla_attention(prob.q, prob.kv, prob.indices, prob.sm_scale, return_lse=True)
+    ref_out, ref_lse = sparse_mla_reference(prob.q, prob.kv, prob.indices, prob.sm_scale)
+    assert_close(out, lse, ref_out, ref_lse, rtol_norm=TOL["fp8_ds_mla"])
+    fin = torch.isfinite(ref_lse)
+    assert (lse.double().cpu()[fin] - ref_lse[fin]).abs().max().item() < 1e-4

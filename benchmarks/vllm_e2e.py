@@ -337,7 +337,7 @@ def compare(ours: dict, ref: dict, tol: float) -> dict:
         first = next((i for i, (x, y) in enumerate(zip(to, tr)) if x != y), None)
         n = len(to) if first is None else first + 1
         gaps = None if first is None else (sr["top2_gap"][first], so["top2_gap"][first])
-        near_tie = gaps is not None and min(g for g in gaps if g is not None) <= tol
+        near_tie = gaps is not None and min((g for g in gaps if g is not None), default=float("inf")) <= tol
         per.append(dict(prompt_len=so["prompt_len"], tokens_match=to == tr, first_divergence=first,
                         top2_gap_at_divergence=gaps, divergence_is_near_tie=near_tie,
                         max_logprob_diff=_max_abs_diff(so["logprobs"][:n], sr["logprobs"][:n]),

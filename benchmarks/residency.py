@@ -1,0 +1,108 @@
+"""Time tiles on the H200 at the residency an SM120/SM86 GPU would give them (GPU).
+
+SM120/121 and SM86/89 have 100 KB of shared memory per SM, the H200 228 KB, so a tile that
+runs two programs per SM on the H200 may run one on the users' GPUs. Registers per SM are the
+same (64K), so only the shared-memory limit differs. This script compiles each tile for sm120
+to learn its shared memory there, derives how many programs fit per SM (``R``), and launches
+the H200 kernel with its dynamic shared memory padded so that the H200 also fits only ``R``.
+Absolute times are the H200's (its bandwidth and SM count); the ranking between tiles at equal
+residency is what carries over. Prints a table and writes JSON.
+
+Usage: python benchmarks/residency.py OUT.json
+
+Padding: Triton launches a compiled kernel with ``packed_metadata = (num_warps, num_ctas,
+shared)``; replacing it changes the dynamic shared memory of every later launch of that cached
+kernel, after the function's limit is raised with ``cuFuncSetAttribute``.
+"""
+
+import ctypes
+import json
+import sys
+
+import torch
+import triton
+
+from triton_sparse_mla import api, configs, portability
+from triton_sparse_mla.bench import Caches, Workload, make_inputs, time_us
+
+KB = 1024
+SM120_SMEM_PER_SM = 100 * KB
+H200_SMEM_PER_SM = 228 * KB
+RESERVED_PER_BLOCK = 1 * KB  # the driver keeps 1 KB per resident block
+CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+
+T = configs.TileConfig
+CANDIDATES = {  # per format: the shipped sm86 tile first, then the candidates that fit two
+    "bf16": [T(16, 64, 4, 2), T(16, 32, 4, 2), T(16, 16, 4, 2), T(16, 16, 4, 1), T(16, 32, 4, 1)],
+    "fp8_ds_mla": [T(16, 32, 4, 2), T(16, 16, 4, 2), T(16, 16, 4, 1), T(16, 32, 4, 1)],
+}
+WORKLOADS = [Workload("decode", 128, 8, "fp8_ds_mla"), Workload("decode", 128, 16, "fp8_ds_mla"),
+             Workload("decode", 32, 16, "fp8_ds_mla"), Workload("decode", 128, 16, "bf16"),
+             Workload("decode", 32, 16, "bf16"),
+             Workload("prefill", 4096, 16, "fp8_ds_mla", n_rows=32768),
+             Workload("prefill", 4096, 16, "bf16", n_rows=32768)]
+
+
+def sm120_shared(tile, fp8):
+    """Shared memory of the tile's main kernel compiled for sm120 (the largest variant)."""
+    sizes = []
+    for _, kernel, types, cx, div, warps, stages in portability._main_kernel_variants(tile, 120, fp8, "sm86"):
+        sizes.append(portability._compile(kernel, types, cx, div, 120, warps, stages).metadata.shared)
+    return max(sizes)
+
+
+def residency(shared, per_sm):
+    return per_sm // (shared + RESERVED_PER_BLOCK)
+
+
+def pad_to(kernel, shared):
+    """Launch ``kernel`` (a CompiledKernel) from now on with ``shared`` bytes of shared memory."""
+    libcuda = ctypes.CDLL("libcuda.so.1")
+    rc = libcuda.cuFuncSetAttribute(ctypes.c_void_p(kernel.function),
+                                    CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, ctypes.c_int(shared))
+    if rc != 0:
+        raise RuntimeError(f"cuFuncSetAttribute returned {rc}")
+    warps, ctas, _ = kernel.packed_metadata
+    kernel.packed_metadata = (warps, ctas, shared)
+
+
+def main(path):
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    caches = Caches()
+    records = []
+    for w in WORKLOADS:
+        fp8 = w.fmt == "fp8_ds_mla"
+        q, kv, idx, lengths = make_inputs(w, caches)
+        out = torch.empty(w.t, w.h, 512, device="cuda", dtype=torch.bfloat16)
+        for tile in CANDIDATES[w.fmt]:
+            r120 = residency(sm120_shared(tile, fp8), SM120_SMEM_PER_SM)
+            for per_sm in (2, 1):  # the split rule's residency assumption: today 2, or 1
+                splits = max(1, min((per_sm * sms) // (w.t * triton.cdiv(w.h, tile.block_h)),
+                                    w.k // (tile.block_n * configs.MIN_TILES_PER_SPLIT)))
+                plan = configs.LaunchPlan(tile, splits, fp8_cvt=configs.fp8_cvt_level((9, 0)),
+                                          pin_conversion=configs.pin_fp8_conversion("sm86", tile.block_h))
+                fn = lambda: api._run(q[..., :512], q[..., 512:], kv, idx, lengths, None,  # noqa: E731
+                                      576 ** -0.5, out, None, family=None, sm_count=None,
+                                      fp8_cvt=plan.fp8_cvt, fp8=fp8, plan=plan)
+                kernel = fn()
+                own = kernel.metadata.shared
+                padded = max(own, H200_SMEM_PER_SM // max(r120, 1) - RESERVED_PER_BLOCK)
+                # guard: at `padded`, the H200 fits exactly as many programs as SM120 would
+                assert residency(padded, H200_SMEM_PER_SM) == max(r120, 1) or padded == own
+                saved = kernel.packed_metadata
+                pad_to(kernel, padded)
+                us = time_us(fn)
+                kernel.packed_metadata = saved
+                rec = dict(workload=w.name, tile=str(tile), sm120_programs_per_sm=r120, split_rule_per_sm=per_sm,
+                           splits=splits, shared_h200=own, padded=padded, us=us)
+                records.append(rec)
+                print(f"RES {w.name:40} {tile.block_h}x{tile.block_n} w{tile.num_warps} s{tile.num_stages} "
+                      f"R120={r120} rule={per_sm} splits={splits:3d} pad={padded // KB}KB {us:9.1f} us", flush=True)
+                if splits == 1:
+                    break  # the other rule gives the same launch
+    with open(path, "w") as f:
+        json.dump(records, f, indent=1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -20,10 +20,9 @@ import json
 import sys
 
 import torch
-import triton
-
-from triton_sparse_mla import api, configs, portability
+from triton_sparse_mla import configs, portability
 from triton_sparse_mla.bench import Caches, Workload, make_inputs, time_us
+from sweep import plan_call
 
 KB = 1024
 SM120_SMEM_PER_SM = 100 * KB
@@ -72,18 +71,15 @@ def main(path):
     records = []
     for w in WORKLOADS:
         fp8 = w.fmt == "fp8_ds_mla"
-        q, kv, idx, lengths = make_inputs(w, caches)
+        inputs = make_inputs(w, caches)
         out = torch.empty(w.t, w.h, 512, device="cuda", dtype=torch.bfloat16)
         for tile in CANDIDATES[w.fmt]:
             r120 = residency(sm120_shared(tile, fp8), SM120_SMEM_PER_SM)
             for per_sm in (2, 1):  # the split rule's residency assumption: today 2, or 1
-                splits = max(1, min((per_sm * sms) // (w.t * triton.cdiv(w.h, tile.block_h)),
-                                    w.k // (tile.block_n * configs.MIN_TILES_PER_SPLIT)))
-                plan = configs.LaunchPlan(tile, splits, fp8_cvt=configs.fp8_cvt_level((9, 0)),
-                                          pin_conversion=configs.pin_fp8_conversion("sm86", tile.block_h))
-                fn = lambda: api._run(q[..., :512], q[..., 512:], kv, idx, lengths, None,  # noqa: E731
-                                      576 ** -0.5, out, None, family=None, sm_count=None,
-                                      fp8_cvt=plan.fp8_cvt, fp8=fp8, plan=plan)
+                # the shipped rule fills PROGRAMS_PER_SM per SM; scaling the SM count gives per_sm
+                splits, fn = plan_call(inputs, out, tile, configs.fp8_cvt_level((9, 0)), fp8,
+                                       sms * per_sm // configs.PROGRAMS_PER_SM,
+                                       pin=configs.pin_fp8_conversion("sm86", tile.block_h))
                 kernel = fn()
                 own = kernel.metadata.shared
                 padded = max(own, H200_SMEM_PER_SM // max(r120, 1) - RESERVED_PER_BLOCK)

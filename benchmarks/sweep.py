@@ -44,14 +44,21 @@ FP8_WORKLOADS = [Workload("decode", 128, 16, "fp8_ds_mla"), Workload("decode", 1
                  Workload("decode", 1, 16, "fp8_ds_mla"), Workload("decode", 1, 128, "fp8_ds_mla")]
 
 
-def time_plan(inputs, out, tile, fp8_cvt, fp8, sms, pin=True):
-    """Time one candidate with the split rule in force; return (splits, us, kernel facts)."""
+def plan_call(inputs, out, tile, fp8_cvt, fp8, sms, pin=True):
+    """``(splits, fn)``: a call of the kernel with this tile under the shipped split rule for
+    ``sms`` SMs; ``fn()`` launches it and returns the compiled main kernel."""
     q, kv, idx, lengths = inputs
     t, h = q.shape[0], q.shape[1]
     splits = configs.choose_splits(t, triton.cdiv(h, tile.block_h), idx.shape[1], tile.block_n, sms)
     plan = configs.LaunchPlan(tile, splits, fp8_cvt=fp8_cvt, pin_conversion=pin)
-    fn = lambda: api._run(q[..., :512], q[..., 512:], kv, idx, lengths, None, 576 ** -0.5,  # noqa: E731
-                          out, None, family=None, sm_count=None, fp8_cvt=fp8_cvt, fp8=fp8, plan=plan)
+    return splits, lambda: api._run(q[..., :512], q[..., 512:], kv, idx, lengths, None, 576 ** -0.5,
+                                    out, None, family=None, sm_count=None, fp8_cvt=fp8_cvt, fp8=fp8,
+                                    plan=plan)
+
+
+def time_plan(inputs, out, tile, fp8_cvt, fp8, sms, pin=True):
+    """Time one candidate with the split rule in force; return (splits, us, kernel facts)."""
+    splits, fn = plan_call(inputs, out, tile, fp8_cvt, fp8, sms, pin)
     try:
         k = fn()
         return splits, time_us(fn), dict(regs=k.n_regs, spills=k.n_spills, smem=k.metadata.shared)

@@ -75,11 +75,9 @@ def main(path):
         out = torch.empty(w.t, w.h, 512, device="cuda", dtype=torch.bfloat16)
         for tile in CANDIDATES[w.fmt]:
             r120 = residency(sm120_shared(tile, fp8), SM120_SMEM_PER_SM)
-            for per_sm in (2, 1):  # the split rule's residency assumption: today 2, or 1
-                # the shipped rule fills PROGRAMS_PER_SM per SM; scaling the SM count gives per_sm
-                splits, fn = plan_call(inputs, out, tile, configs.fp8_cvt_level((9, 0)), fp8,
-                                       sms * per_sm // configs.PROGRAMS_PER_SM,
-                                       pin=configs.pin_fp8_conversion("sm86", tile.block_h))
+            for per_sm in (2, 1):  # the split rule's residency assumption (PROGRAMS_PER_SM)
+                splits, fn = plan_call(inputs, out, tile, configs.fp8_cvt_level((9, 0)), fp8, sms,
+                                       pin=configs.pin_fp8_conversion("sm86", tile.block_h), per_sm=per_sm)
                 kernel = fn()
                 own = kernel.metadata.shared
                 padded = max(own, H200_SMEM_PER_SM // max(r120, 1) - RESERVED_PER_BLOCK)

@@ -1,0 +1,77 @@
+"""Summarise the SASS-level export of an Nsight Compute run (``device_run.sh ncu``).
+
+Reads ``ncu --page source --csv --print-source sass`` output (gzip or plain), one block per
+profiled kernel, and prints per kernel: the share of each warp-stall reason over all samples,
+the executed instructions by opcode per loop step, and the instructions with the most stall
+samples. A step is one BLOCK_N-row tile of one warp: pass the number of warp-steps the launch
+ran for each kernel (programs x warps x steps) to get per-step counts.
+
+Usage: python benchmarks/ncu_summary.py SOURCE.csv[.gz] [WARP_STEPS ...]
+"""
+
+import collections
+import csv
+import gzip
+import sys
+
+
+def kernels(path):
+    """The CSV blocks of the export, one per profiled kernel, as (header, rows)."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt") as f:
+        blocks, cur = [], None
+        for line in f.read().splitlines():
+            if line.startswith('"Kernel Name"'):
+                cur = []
+                blocks.append(cur)
+            elif cur is not None:
+                cur.append(line)
+    for block in blocks:
+        rows = list(csv.reader(block))
+        yield rows[0], rows[1:]
+
+
+def opcode(sass):
+    words = sass.split()
+    if words and words[0].startswith("@"):
+        words = words[1:]
+    return words[0].split(".")[0] if words else "?"
+
+
+def summarise(header, rows, warp_steps, top=12):
+    col = {name: i for i, name in enumerate(header)}
+    stall_cols = [c for c in header if c.startswith("stall_") and "Not Issued" not in c]
+    samples = col["Warp Stall Sampling (All Samples)"]
+    executed = col["Instructions Executed"]
+    stalls, mix, mix_stalls = collections.Counter(), collections.Counter(), collections.Counter()
+    for r in rows:
+        for c in stall_cols:
+            stalls[c[6:]] += int(r[col[c]] or 0)
+        op = opcode(r[col["Source"]])
+        mix[op] += int(r[executed] or 0)
+        mix_stalls[op] += int(r[samples] or 0)
+    total = sum(stalls.values()) or 1
+    lines = [f"samples {total}, instructions executed {sum(mix.values())}"
+             + (f", per warp-step {sum(mix.values()) / warp_steps:.0f}" if warp_steps else "")]
+    lines.append("stalls: " + ", ".join(f"{k} {100 * v / total:.1f}%" for k, v in stalls.most_common(8)))
+    per = warp_steps or 1
+    lines.append("opcodes (executed per warp-step, share of stall samples):")
+    for op, n in mix.most_common(16):
+        lines.append(f"  {op:10} {n / per:8.1f}  {100 * mix_stalls[op] / total:5.1f}%")
+    lines.append("most-sampled instructions:")
+    for r in sorted(rows, key=lambda r: -int(r[samples] or 0))[:top]:
+        reasons = sorted(((int(r[col[c]] or 0), c[6:]) for c in stall_cols), reverse=True)[:2]
+        lines.append(f"  {int(r[samples]):6d}  {r[col['Source']].strip()[:56]:56}  "
+                     + ", ".join(f"{name} {n}" for n, name in reasons))
+    return "\n".join(lines)
+
+
+def main(argv):
+    steps = [float(x) for x in argv[1:]]
+    for i, (header, rows) in enumerate(kernels(argv[0])):
+        print(f"=== kernel {i}")
+        print(summarise(header, rows, steps[i] if i < len(steps) else 0))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

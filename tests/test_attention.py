@@ -110,7 +110,7 @@ def test_plan_depends_on_shapes_only():
                     assert 16 <= plan.tile.block_h <= max(16, triton.next_power_of_2(h))
                     assert 1 <= plan.splits <= 2048 // (plan.tile.block_n * configs.MIN_TILES_PER_SPLIT)
                     programs = t * -(-h // plan.tile.block_h)
-                    wave = configs.PROGRAMS_PER_SM * 132
+                    wave = configs.PROGRAMS_PER_SM[family] * 132
                     if plan.splits > 1:  # splitting never starts a second wave...
                         assert programs * plan.splits <= wave
                     most = 2048 // (plan.tile.block_n * configs.MIN_TILES_PER_SPLIT)

@@ -26,6 +26,12 @@ def test_all_configs_compile_and_fit(tmp_path):
             key = f"{phase}/{kind}/{tile.block_h}x{tile.block_n}"
             hits = [r for r in records if r["family"] == family and r["config"] == key]
             assert hits and all(r["shared"] <= configs.SMEM_LIMIT[family] for r in hits)
+    # The sm86 family's split rule counts one resident program per SM: every tile of its table
+    # needs more than half of the 100 KB per SM (1 KB per block is the driver's).
+    for r in records:
+        if r["family"] == "sm86" and r["config"] != "combine":
+            per_sm = configs.SMEM_PER_SM_KB[int(r["target"][2:])] * 1024 // (r["shared"] + 1024)
+            assert per_sm == configs.PROGRAMS_PER_SM["sm86"], r
     assert proc.returncode == 0
 
 

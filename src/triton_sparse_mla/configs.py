@@ -59,15 +59,16 @@ C = TileConfig
 
 # sm90: measured on an H200 (132 SMs, torch 2.11, Triton 3.6) on 2026-11-29 by
 # benchmarks/sweep.py (BENCHMARKS.md, "tuning sweep"): per workload the fastest candidate.
+# The fp8 rows were re-measured on 2026-12-01 after fp8 tiles were dequantized at load
+# (BENCHMARKS.md, "fp8_ds_mla tiles after dequantizing at load"): 64x64 tiles for 64+ heads
+# (1.2-1.3x over 64x32) and a third stage for 16-head decode tiles (4%).
 _SM90 = {
     ("latency", "plain"): ((_ANY, C(16, 64, 4, 2)),),
-    # fp8 latency rows re-measured after pinning the fp8 conversion (sweep-fp8 of 2026-11-29).
     ("latency", "fp8"): ((16, C(16, 32, 4, 2)), (_ANY, C(16, 64, 8, 2))),
     ("decode", "plain"): ((16, C(16, 64, 4, 3)), (32, C(32, 64, 4, 2)), (_ANY, C(64, 64, 8, 2))),
-    ("decode", "fp8"): ((16, C(16, 32, 4, 2)), (32, C(32, 32, 4, 2)), (64, C(64, 32, 8, 2)),
-                        (_ANY, C(64, 32, 8, 3))),
+    ("decode", "fp8"): ((16, C(16, 32, 4, 3)), (32, C(32, 32, 4, 2)), (_ANY, C(64, 64, 8, 2))),
     ("prefill", "plain"): ((16, C(16, 64, 4, 2)), (32, C(32, 64, 4, 2)), (_ANY, C(64, 64, 8, 2))),
-    ("prefill", "fp8"): ((16, C(16, 32, 4, 2)), (32, C(32, 32, 4, 2)), (_ANY, C(64, 32, 8, 2))),
+    ("prefill", "fp8"): ((16, C(16, 32, 4, 2)), (32, C(32, 32, 4, 2)), (_ANY, C(64, 64, 8, 2))),
 }
 # sm80 (163 KB), sm86 (99 KB) and sm100: not measured on their GPUs (none is available here).
 # They are the sm90 shapes, cut down where the compiled kernel overflows the family's shared
@@ -98,11 +99,17 @@ _SM100 = {
 }
 CONFIGS = {"sm90": _SM90, "sm100": _SM100, "sm80": _SM80, "sm86": _SMALL_SMEM}
 
-# Split-K fills at most this many programs per SM (one wave: the shipped tiles keep two programs
-# resident per SM, the 64-head ones one, so that is one or two waves), and keeps at least this
-# many tiles per split. Measured on the H200 (sweep-splits, 2026-11-29): T=32 H=16 fp8 took 64 us
-# with 1.2 programs per SM and 49 us with 2; a partial extra wave costs more than it gains.
-PROGRAMS_PER_SM = 2
+# Split-K fills at most this many programs per SM, per family (one wave), and keeps at least
+# MIN_TILES_PER_SPLIT tiles per split. Measured on the H200 (sweep-splits, 2026-11-29): T=32
+# H=16 fp8 took 64 us with 1.2 programs per SM and 49 us with 2; a partial extra wave costs more
+# than it gains. sm90's 16-32-head tiles keep two programs resident (its 64-head tiles one,
+# which the two-wave split still served best). The sm86 family's 100 KB per SM holds one
+# program of each of its tiles (tests/test_portability.py checks that on the compiled kernels),
+# and with that residency emulated on the H200 one program per SM beat two by 4-10%
+# (benchmarks/residency.py, 2026-12-01). sm80 and sm100: not measured, sm90's rule.
+PROGRAMS_PER_SM = {"sm90": 2, "sm100": 2, "sm80": 2, "sm86": 1}
+# Shared memory per SM (KB) of each compile target, for the residency checks.
+SMEM_PER_SM_KB = {80: 164, 86: 100, 89: 100, 90: 228, 100: 228, 120: 100}
 MIN_TILES_PER_SPLIT = 2
 # The interpreter has no SMs; a small count makes CPU tests exercise the split path.
 INTERPRETER_SM_COUNT = 4
@@ -159,11 +166,12 @@ def device_traits(device_index: int) -> tuple[str, int, int]:
     return family_of(capability), props.multi_processor_count, fp8_cvt_level(capability)
 
 
-def choose_splits(t_count: int, h_tiles: int, topk: int, block_n: int, sm_count: int) -> int:
+def choose_splits(t_count: int, h_tiles: int, topk: int, block_n: int, sm_count: int,
+                  per_sm: int) -> int:
     """Split the top-k axis when tokens x head tiles would leave SMs idle, never past one wave
-    of ``PROGRAMS_PER_SM`` programs per SM."""
+    of ``per_sm`` programs per SM (``PROGRAMS_PER_SM`` of the family)."""
     programs = t_count * h_tiles
-    wanted = (PROGRAMS_PER_SM * sm_count) // programs
+    wanted = (per_sm * sm_count) // programs
     most = max(1, topk // (block_n * MIN_TILES_PER_SPLIT))
     return max(1, min(wanted, most))
 
@@ -190,6 +198,7 @@ def plan_launch(family: str, sm_count: int, fp8_cvt: int, *, t_count: int, h_cou
     block_h = min(tile.block_h, max(16, triton.next_power_of_2(h_count)))
     if block_h != tile.block_h:
         tile = dataclasses.replace(tile, block_h=block_h)
-    splits = choose_splits(t_count, triton.cdiv(h_count, block_h), topk, tile.block_n, sm_count)
+    splits = choose_splits(t_count, triton.cdiv(h_count, block_h), topk, tile.block_n, sm_count,
+                           PROGRAMS_PER_SM[family])
     return LaunchPlan(tile=tile, splits=splits, fp8_cvt=fp8_cvt,
                       pin_conversion=pin_fp8_conversion(family, block_h))

@@ -31,6 +31,7 @@ class TileConfig:
     block_n: int
     num_warps: int
     num_stages: int
+    max_regs: int = 0
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,6 @@ with a note of the run. Usage: python benchmarks/sweep.py OUT.json [--fp8 | --sp
 split rules).
 """
 
-import dataclasses
 import json
 import sys
 
@@ -57,12 +56,13 @@ def fp8_variant_applies(tile, h):
     return tile.block_h <= max(16, triton.next_power_of_2(h))
 
 
-def plan_call(inputs, out, tile, fp8_cvt, fp8, sms, pin=True, per_sm=configs.PROGRAMS_PER_SM["sm90"]):
+def plan_call(inputs, out, tile, fp8_cvt, fp8, sms, pin=True, per_sm=None):
     """``(splits, fn)``: a call of the kernel with this tile under the shipped split rule for
-    ``sms`` SMs holding ``per_sm`` programs each; ``fn()`` launches it and returns the compiled
-    main kernel."""
+    ``sms`` SMs holding ``per_sm`` programs each (default: what sm90 counts for the tile);
+    ``fn()`` launches it and returns the compiled main kernel."""
     q, kv, idx, lengths = inputs
     t, h = q.shape[0], q.shape[1]
+    per_sm = per_sm or configs.programs_per_sm("sm90", tile)
     splits = configs.choose_splits(t, triton.cdiv(h, tile.block_h), idx.shape[1], tile.block_n, sms,
                                    per_sm)
     plan = configs.LaunchPlan(tile, splits, fp8_cvt=fp8_cvt, pin_conversion=pin)
@@ -71,7 +71,7 @@ def plan_call(inputs, out, tile, fp8_cvt, fp8, sms, pin=True, per_sm=configs.PRO
                                     plan=plan)
 
 
-def time_plan(inputs, out, tile, fp8_cvt, fp8, sms, pin=True, per_sm=configs.PROGRAMS_PER_SM["sm90"]):
+def time_plan(inputs, out, tile, fp8_cvt, fp8, sms, pin=True, per_sm=None):
     """Time one candidate under the split rule; return (splits, us, kernel facts)."""
     splits, fn = plan_call(inputs, out, tile, fp8_cvt, fp8, sms, pin, per_sm)
     try:
@@ -86,8 +86,6 @@ def main(path):
         return main_fp8(path)
     if "--splits" in sys.argv:
         return main_splits(path)
-    if "--regs" in sys.argv:
-        return main_regs(path)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     caches = Caches()
     records = []
@@ -173,44 +171,6 @@ def main_splits(path):
                                 tile=str(plan.tile), us=us))
             print(f"SPLIT {w.name:36} per_sm={per_sm} splits={plan.splits:3d} {us:8.1f} us {plan.tile}",
                   flush=True)
-    with open(path, "w") as f:
-        json.dump(records, f, indent=1)
-
-
-# Register caps (programs resident per SM) x split rule, on the tiles the sm90 tables ship.
-REG_CASES = [
-    (Workload("decode", 128, 8, "fp8_ds_mla"), T(16, 32, 4, 3), (0, 168), (2, 3)),
-    (Workload("decode", 128, 16, "fp8_ds_mla"), T(16, 32, 4, 3), (0, 168), (2, 3)),
-    (Workload("decode", 32, 16, "fp8_ds_mla"), T(16, 32, 4, 3), (0, 168), (2, 3)),
-    (Workload("decode", 512, 16, "fp8_ds_mla"), T(16, 32, 4, 3), (0, 168), (2, 3)),
-    (Workload("prefill", 4096, 16, "fp8_ds_mla", n_rows=32768), T(16, 32, 4, 2), (0, 168), (2,)),
-    (Workload("decode", 32, 64, "fp8_ds_mla"), T(64, 64, 8, 2), (0,), (1, 2)),
-    (Workload("decode", 128, 64, "fp8_ds_mla"), T(64, 64, 8, 2), (0,), (1, 2)),
-    (Workload("decode", 128, 64, "bf16"), T(64, 64, 8, 2), (0,), (1, 2)),
-    (Workload("decode", 32, 128, "bf16"), T(64, 64, 8, 2), (0,), (1, 2)),
-    (Workload("decode", 128, 128, "fp8_ds_mla"), T(64, 64, 8, 2), (0,), (1, 2)),
-]
-
-
-def main_regs(path):
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    caches = Caches()
-    records = []
-    for w, base, caps, rules in REG_CASES:
-        inputs = make_inputs(w, caches)
-        out = torch.empty(w.t, w.h, 512, device="cuda", dtype=torch.bfloat16)
-        fp8 = w.fmt == "fp8_ds_mla"
-        for max_regs in caps:
-            for per_sm in rules:
-                tile = dataclasses.replace(base, max_regs=max_regs)
-                splits, us, meta = time_plan(inputs, out, tile, 1, fp8, sms,
-                                             pin=configs.pin_fp8_conversion("sm90", tile.block_h),
-                                             per_sm=per_sm)
-                records.append(dict(workload=w.name, tile=str(tile), per_sm=per_sm, splits=splits,
-                                    us=us, **meta))
-                print(f"REGS {w.name:40} {tile.block_h}x{tile.block_n} s{tile.num_stages} "
-                      f"max_regs={max_regs:3d} per_sm={per_sm} splits={splits:3d} {us:8.1f} us {meta}",
-                      flush=True)
     with open(path, "w") as f:
         json.dump(records, f, indent=1)
 

@@ -110,12 +110,42 @@ def test_plan_depends_on_shapes_only():
                     assert 16 <= plan.tile.block_h <= max(16, triton.next_power_of_2(h))
                     assert 1 <= plan.splits <= 2048 // (plan.tile.block_n * configs.MIN_TILES_PER_SPLIT)
                     programs = t * -(-h // plan.tile.block_h)
-                    wave = configs.PROGRAMS_PER_SM[family] * 132
+                    wave = configs.programs_per_sm(family, plan.tile) * 132
                     if plan.splits > 1:  # splitting never starts a second wave...
                         assert programs * plan.splits <= wave
                     most = 2048 // (plan.tile.block_n * configs.MIN_TILES_PER_SPLIT)
                     if most >= 2 and 2 * programs <= wave:  # ...and is used where it fits
                         assert plan.splits >= 2
+
+
+@pytest.mark.gpu
+def test_split_rule_counts_resident_programs():
+    """On the GPU at hand, every tile of its family's table keeps as many programs resident per
+    SM as ``configs.programs_per_sm`` counts (from the compiled kernel's registers, shared
+    memory and warps), so the split rule fills one wave and no more."""
+    dev = torch.device("cuda")
+    cap = torch.cuda.get_device_capability(dev)
+    smem_kb = configs.SMEM_PER_SM_KB.get(cap[0] * 10 + cap[1])
+    if smem_kb is None:
+        pytest.skip(f"shared memory per SM of sm{cap[0]}{cap[1]} not tabulated")
+    family, fp8_cvt = configs.family_of(cap), configs.fp8_cvt_level(cap)
+    max_threads = torch.cuda.get_device_properties(dev).max_threads_per_multi_processor
+    for phase, kind, tile in configs.all_tiles(family):
+        fp8 = kind == "fp8"
+        prob = make_problem(t=3, h=tile.block_h, k=100, n=300, fmt="fp8_ds_mla" if fp8 else "bf16",
+                            device=dev)
+        q_nope, q_pe = api._split_query(prob.q)
+        out = torch.empty(3, tile.block_h, 512, dtype=torch.bfloat16, device=dev)
+        plan = configs.LaunchPlan(tile=tile, splits=3, fp8_cvt=fp8_cvt,
+                                  pin_conversion=configs.pin_fp8_conversion(family, tile.block_h))
+        k = api._run(q_nope, q_pe, prob.kv, prob.indices, None, None, prob.sm_scale, out, None,
+                     family=family, sm_count=1, fp8_cvt=fp8_cvt, fp8=fp8, plan=plan)
+        threads = 32 * tile.num_warps
+        by_regs = 65536 // (-(-k.n_regs // 8) * 8 * threads)  # registers go out 8 per thread
+        by_smem = smem_kb * 1024 // (k.metadata.shared + 1024)
+        resident = min(by_regs, by_smem, max_threads // threads)
+        assert resident == configs.programs_per_sm(family, tile), (
+            phase, kind, tile, k.n_regs, k.metadata.shared)
 
 
 def test_empty_topk_and_no_tokens(device):

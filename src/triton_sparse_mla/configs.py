@@ -31,7 +31,6 @@ class TileConfig:
     block_n: int
     num_warps: int
     num_stages: int
-    max_regs: int = 0
 
 
 @dataclass(frozen=True)
@@ -100,17 +99,17 @@ _SM100 = {
 }
 CONFIGS = {"sm90": _SM90, "sm100": _SM100, "sm80": _SM80, "sm86": _SMALL_SMEM}
 
-# Split-K fills at most this many programs per SM, per family (one wave), and keeps at least
-# MIN_TILES_PER_SPLIT tiles per split. Measured on the H200 (sweep-splits, 2026-11-29): T=32
-# H=16 fp8 took 64 us with 1.2 programs per SM and 49 us with 2; a partial extra wave costs more
-# than it gains. sm90's 16-32-head tiles keep two programs resident (its 64-head tiles one,
-# which the two-wave split still served best). The sm86 family's 100 KB per SM holds one
-# program of each of its tiles (tests/test_portability.py checks that on the compiled kernels),
-# and with that residency emulated on the H200 one program per SM beat two by 4-10%
-# (benchmarks/residency.py, 2026-12-01). sm80 and sm100: not measured, sm90's rule.
+# Split-K fills one wave of the programs resident per SM (`programs_per_sm`), and keeps at least
+# MIN_TILES_PER_SPLIT tiles per split. A partial extra wave costs more than it gains: on the
+# H200 (sweep-splits, 2026-11-29) T=32 H=16 fp8 took 64 us with 1.2 programs per SM and 49 us
+# with 2. Tiles of 4 warps: per family. sm90's keep two resident (registers). The
+# sm86 family's 100 KB per SM holds one program of each of its tiles (tests/test_portability.py
+# checks the compiled kernels), and with that residency emulated on the H200 splitting for one
+# beat splitting for two by 4-10% (benchmarks/residency.py, 2026-12-01). sm80 and sm100: not
+# measured, sm90's figure (two of its tiles, 16x64 bf16 and 32x32 fp8, fit one per SM in 164 KB).
 PROGRAMS_PER_SM = {"sm90": 2, "sm100": 2, "sm80": 2, "sm86": 1}
-# Shared memory per SM (KB) of each compile target, for the residency checks.
-SMEM_PER_SM_KB = {80: 164, 86: 100, 89: 100, 90: 228, 100: 228, 120: 100}
+# Shared memory per SM (KB) by compute capability, for the residency checks in the tests.
+SMEM_PER_SM_KB = {80: 164, 86: 100, 87: 164, 89: 100, 90: 228, 100: 228, 103: 228, 120: 100, 121: 100}
 MIN_TILES_PER_SPLIT = 2
 # The interpreter has no SMs; a small count makes CPU tests exercise the split path.
 INTERPRETER_SM_COUNT = 4
@@ -167,10 +166,24 @@ def device_traits(device_index: int) -> tuple[str, int, int]:
     return family_of(capability), props.multi_processor_count, fp8_cvt_level(capability)
 
 
+def programs_per_sm(family: str, tile: TileConfig) -> int:
+    """Programs of this tile resident per SM, as the split rule counts them.
+
+    Tiles of 8 warps are the ones built to have an SM to themselves: those of 64 or more heads,
+    whose ``BLOCK_H x 512`` fp32 accumulators alone (2 x 64 x 512 values for two programs) would
+    fill an SM's 64K registers on any architecture, and sm90's 16x64 fp8 latency tile (125 KB
+    of shared memory). Splitting for one program per SM there beat splitting for two by 8-29%
+    on the H200 (sweep-regs, 2026-12-01). Tiles of 4 warps: ``PROGRAMS_PER_SM`` of the family.
+    ``tests/test_portability.py`` checks the claim against each target's compiled shared memory,
+    and ``tests/test_attention.py`` against the compiled kernel on the GPU at hand.
+    """
+    return 1 if tile.num_warps >= 8 else PROGRAMS_PER_SM[family]
+
+
 def choose_splits(t_count: int, h_tiles: int, topk: int, block_n: int, sm_count: int,
                   per_sm: int) -> int:
     """Split the top-k axis when tokens x head tiles would leave SMs idle, never past one wave
-    of ``per_sm`` programs per SM (``PROGRAMS_PER_SM`` of the family)."""
+    of ``per_sm`` programs per SM (:func:`programs_per_sm`)."""
     programs = t_count * h_tiles
     wanted = (per_sm * sm_count) // programs
     most = max(1, topk // (block_n * MIN_TILES_PER_SPLIT))
@@ -200,6 +213,6 @@ def plan_launch(family: str, sm_count: int, fp8_cvt: int, *, t_count: int, h_cou
     if block_h != tile.block_h:
         tile = dataclasses.replace(tile, block_h=block_h)
     splits = choose_splits(t_count, triton.cdiv(h_count, block_h), topk, tile.block_n, sm_count,
-                           PROGRAMS_PER_SM[family])
+                           programs_per_sm(family, tile))
     return LaunchPlan(tile=tile, splits=splits, fp8_cvt=fp8_cvt,
                       pin_conversion=pin_fp8_conversion(family, block_h))

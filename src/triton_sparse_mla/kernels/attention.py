@@ -132,7 +132,7 @@ def sparse_mla_fwd_kernel(
 
 def launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, out, lse,
                           *, fp8, fp8_cvt, block_h, block_n, num_warps, num_stages, splits,
-                          pin_conversion=True, max_regs=0):
+                          pin_conversion=True):
     """Launch the kernel (and the combine step when ``splits > 1``); return the compiled main kernel.
 
     Shapes: ``q_nope [T, H, 512]``, ``q_pe [T, H, D_PE]`` or None, ``kv [N, C]``,
@@ -161,7 +161,6 @@ def launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_
         BLOCK_H=block_h, BLOCK_N=block_n, INTERPRET=interpret,
         PIN_CVT=fp8 and pin_conversion and not interpret,  # the interpreter runs no PTX
         num_warps=num_warps, num_stages=num_stages,
-        **({"maxnreg": max_regs} if max_regs else {}),
     )
     if splits == 1:
         return sparse_mla_fwd_kernel[grid](

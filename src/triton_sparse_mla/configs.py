@@ -61,7 +61,7 @@ C = TileConfig
 # benchmarks/sweep.py (BENCHMARKS.md, "tuning sweep"): per workload the fastest candidate.
 # The fp8 rows were re-measured on 2026-12-01 after fp8 tiles were dequantized at load
 # (BENCHMARKS.md, "fp8_ds_mla tiles after dequantizing at load"): 64x64 tiles for 64+ heads
-# (1.2-1.3x over 64x32) and a third stage for 16-head decode tiles (4%).
+# (1.17-1.32x over 64x32) and a third stage for 16-head decode tiles (2-4%).
 _SM90 = {
     ("latency", "plain"): ((_ANY, C(16, 64, 4, 2)),),
     ("latency", "fp8"): ((16, C(16, 32, 4, 2)), (_ANY, C(16, 64, 8, 2))),
@@ -102,11 +102,12 @@ CONFIGS = {"sm90": _SM90, "sm100": _SM100, "sm80": _SM80, "sm86": _SMALL_SMEM}
 # Split-K fills one wave of the programs resident per SM (`programs_per_sm`), and keeps at least
 # MIN_TILES_PER_SPLIT tiles per split. A partial extra wave costs more than it gains: on the
 # H200 (sweep-splits, 2026-11-29) T=32 H=16 fp8 took 64 us with 1.2 programs per SM and 49 us
-# with 2. Tiles of 4 warps: per family. sm90's keep two resident (registers). The
-# sm86 family's 100 KB per SM holds one program of each of its tiles (tests/test_portability.py
-# checks the compiled kernels), and with that residency emulated on the H200 splitting for one
-# beat splitting for two by 4-10% (benchmarks/residency.py, 2026-12-01). sm80 and sm100: not
-# measured, sm90's figure (two of its tiles, 16x64 bf16 and 32x32 fp8, fit one per SM in 164 KB).
+# with 2. Tiles of 4 warps count PROGRAMS_PER_SM of their family: sm90's keep two resident
+# (registers); the sm86 family's 100 KB per SM holds one program of each of its tiles
+# (tests/test_portability.py checks the compiled kernels), and with that residency emulated on
+# the H200 splitting for one beat splitting for two by 4-10% (benchmarks/residency.py,
+# 2026-12-01). sm80 and sm100: not measured, sm90's figure (two sm80 tiles, 16x64 bf16 and
+# 32x32 fp8, fit only one per SM in 164 KB).
 PROGRAMS_PER_SM = {"sm90": 2, "sm100": 2, "sm80": 2, "sm86": 1}
 # Shared memory per SM (KB) by compute capability, for the residency checks in the tests.
 SMEM_PER_SM_KB = {80: 164, 86: 100, 87: 164, 89: 100, 90: 228, 100: 228, 103: 228, 120: 100, 121: 100}

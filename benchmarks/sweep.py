@@ -4,7 +4,7 @@ Prints per workload every candidate's median time (CUDA-graph replay) and the co
 kernel's registers, spills and shared memory; writes JSON. The winners go into configs.py
 with a note of the run. Usage: python benchmarks/sweep.py OUT.json [--fp8 | --splits]
 (--fp8: fp8 conversion variants, pinned or not; --splits: the shipped plan under several
-split rules).
+split rules; --exchange: 64-head tiles with and without the probabilities through scratch).
 """
 
 import json
@@ -86,6 +86,8 @@ def main(path):
         return main_fp8(path)
     if "--splits" in sys.argv:
         return main_splits(path)
+    if "--exchange" in sys.argv:
+        return main_exchange(path)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     caches = Caches()
     records = []
@@ -171,6 +173,37 @@ def main_splits(path):
                                 tile=str(plan.tile), us=us))
             print(f"SPLIT {w.name:36} per_sm={per_sm} splits={plan.splits:3d} {us:8.1f} us {plan.tile}",
                   flush=True)
+    with open(path, "w") as f:
+        json.dump(records, f, indent=1)
+
+
+EXCHANGE_WORKLOADS = [
+    Workload(phase, t, h, fmt, n_rows=32768 if phase == "prefill" else 1 << 20)
+    for fmt in ("bf16", "fp8_ds_mla") for h in (64, 128)
+    for phase, t in (("decode", 32), ("decode", 128), ("decode", 512), ("prefill", 4096))]
+
+
+def main_exchange(path):
+    """The shipped 64x64 tile against the same tile with ``exchange_p`` (kernels/attention.py),
+    under the shipped split rule; the two outputs are compared with each other as well."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    caches = Caches()
+    records = []
+    for w in EXCHANGE_WORKLOADS:
+        inputs = make_inputs(w, caches)
+        fp8 = w.fmt == "fp8_ds_mla"
+        outs = []
+        for exchange in (False, True):
+            tile = T(64, 64, 8, 2, exchange_p=exchange)
+            out = torch.empty(w.t, w.h, 512, device="cuda", dtype=torch.bfloat16)
+            splits, us, meta = time_plan(inputs, out, tile, 1, fp8, sms, pin=False)
+            outs.append(out.float())
+            records.append(dict(workload=w.name, exchange_p=exchange, splits=splits, us=us, **meta))
+            print(f"EXCH {w.name:40} exchange_p={int(exchange)} splits={splits:3d} {us:9.1f} us {meta}",
+                  flush=True)
+        diff = ((outs[0] - outs[1]).norm() / outs[0].norm()).item()
+        records.append(dict(workload=w.name, rel_diff=diff))
+        print(f"EXCH {w.name:40} relative difference of the outputs {diff:.2e}", flush=True)
     with open(path, "w") as f:
         json.dump(records, f, indent=1)
 

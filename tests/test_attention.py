@@ -82,6 +82,17 @@ SHIPPED = sorted({(kind, tile) for family in configs.CONFIGS
 def test_every_shipped_config(kind, tile, device):
     """Each distinct tile of every family's table (as its architecture runs it; on a GPU the
     99 KB and 163 KB tiles run here too) matches the reference, split and not."""
+    _check_tile(kind, tile, device)
+
+
+@pytest.mark.parametrize("kind", ["plain", "fp8"])
+def test_probabilities_through_scratch(kind, device):
+    """A 64-head tile whose probabilities reach the PV dots through the per-SM scratch slot
+    (``exchange_p``) matches the reference, split and not."""
+    _check_tile(kind, configs.TileConfig(64, 64, 8, 2, exchange_p=True), device)
+
+
+def _check_tile(kind, tile, device):
     fmt = "fp8_ds_mla" if kind == "fp8" else "bf16"
     prob = make_problem(t=3, h=20, k=100, n=300, fmt=fmt, device=device, topk_length="partial",
                         sink=True)

@@ -39,6 +39,16 @@ def test_all_configs_compile_and_fit(tmp_path):
     assert proc.returncode == 0
 
 
+def _probe(script, tmp_path):
+    """Run a compile probe (it must not run under the interpreter) and return its JSON."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = tmp_path / "probe.json"
+    proc = subprocess.run([sys.executable, "-c", script, str(out)], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert out.exists(), proc.stderr[-2000:]
+    return json.loads(out.read_text())
+
+
 _PIN_PROBE = r"""
 import json, re, sys
 from triton_sparse_mla import configs, portability
@@ -67,12 +77,7 @@ def test_fp8_conversion_is_pinned_where_loaded(tmp_path):
     SASS instructions per 32-row step; before fp8 tiles were dequantized at load, byte-wide
     reads and twice the conversions, 1.37x slower on the H200). Checked in the PTX of the
     hardware conversion (sm90, sm120, sm89) and of integer decoding (sm80)."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = tmp_path / "pin.json"
-    proc = subprocess.run([sys.executable, "-c", _PIN_PROBE, str(out)], env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert out.exists(), proc.stderr[-2000:]
-    counts = json.loads(out.read_text())
+    counts = _probe(_PIN_PROBE, tmp_path)
     for cap in ("sm90", "sm120", "sm89", "sm80"):
         free, pinned = counts[f"{cap}/False"], counts[f"{cap}/True"]
         # the latent tiles' bytes go through cp.async, and few global loads are left
@@ -85,3 +90,37 @@ def test_fp8_conversion_is_pinned_where_loaded(tmp_path):
         if cap != "sm80":  # sm80 decodes e4m3 with integer operations, no cvt
             # each value once: 32 rows x 512 bytes over 128 threads, two values per cvt
             assert pinned["cvt"] == 32 * 512 // (128 * 2) and pinned["cvt"] <= free["cvt"], (cap, counts)
+
+
+_EXCHANGE_PROBE = r"""
+import json, re, sys
+from triton_sparse_mla import configs, portability
+out = {}
+for fp8 in (False, True):
+    for exchange in (False, True):
+        tile = configs.TileConfig(64, 64, 8, 2, exchange_p=exchange)
+        label, kernel, types, cx, div, warps, stages = next(
+            v for v in portability._main_kernel_variants(tile, 90, fp8, "sm90") if "partial=1 d_pe=64" in v[0])
+        k = portability._compile(kernel, types, cx, div, 90, warps, stages)
+        ptx = k.asm["ptx"]
+        out[f"{fp8}/{exchange}"] = dict(
+            qk=len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n32k16", ptx)),
+            pv=len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16", ptx)),
+            cp_async=len(re.findall(r"cp\.async\.c[ga]\.shared\.global", ptx)), shared=k.metadata.shared)
+json.dump(out, open(sys.argv[1], "w"))
+"""
+
+
+def test_probabilities_through_scratch_halve_the_score_work(tmp_path):
+    """On SM90 a 64-head, 64-row tile computes its 64 x 64 score tile in both warpgroups, with
+    instructions half the tile wide: 72 per step where one pass over the 576 columns takes 36
+    (Triton lays out a dot that feeds another dot with every warp along M). With the
+    probabilities through the scratch slot (``exchange_p``) each warpgroup computes half: 36.
+    The PV work and the asynchronous-copy pipeline stay. If a Triton release stops replicating
+    the plain tile, the first assertion says so, and ``exchange_p`` has no reason left."""
+    counts = _probe(_EXCHANGE_PROBE, tmp_path)
+    for fp8 in ("False", "True"):
+        plain, exchanged = counts[f"{fp8}/False"], counts[f"{fp8}/True"]
+        assert plain["qk"] == 2 * 576 // 16, counts
+        assert exchanged["qk"] == 576 // 16 and exchanged["pv"] == plain["pv"] == 4 * 64 // 16, counts
+        assert exchanged["cp_async"] > 0 and exchanged["shared"] <= configs.SMEM_LIMIT["sm90"], counts

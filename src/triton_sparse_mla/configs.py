@@ -25,12 +25,15 @@ import triton
 
 @dataclass(frozen=True)
 class TileConfig:
-    """Tile shape of the main kernel: heads and rows per tile, warps, pipeline stages."""
+    """Tile shape of the main kernel: heads and rows per tile, warps, pipeline stages; and
+    whether the probabilities reach the PV dots through a per-SM scratch slot in global memory
+    (``exchange_p``: see kernels/attention.py; only for tiles that keep one program per SM)."""
 
     block_h: int
     block_n: int
     num_warps: int
     num_stages: int
+    exchange_p: bool = False
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,8 @@ def _main_kernel_variants(tile: configs.TileConfig, cap: int, fp8: bool, family:
                 "out_ptr": "*fp32" if partial else "*bf16", "lse_ptr": "*fp32",
                 "qk_scale": "fp32",
             }
+            if tile.exchange_p:
+                types.update(scratch_p_ptr="*bf16", scratch_alpha_ptr="*fp32")
             ints = [n for n in _jit_fn(sparse_mla_fwd_kernel).arg_names
                     if n.startswith(("n_", "topk", "split_size", "stride_"))]
             types.update({n: "i32" for n in ints})
@@ -60,6 +62,8 @@ def _main_kernel_variants(tile: configs.TileConfig, cap: int, fp8: bool, family:
                               HAS_SINK=True, PARTIAL=partial, BLOCK_H=tile.block_h,
                               BLOCK_N=tile.block_n, INTERPRET=False,
                               PIN_CVT=fp8 and configs.pin_fp8_conversion(family, tile.block_h),
+                              EXCHANGE_P=tile.exchange_p,
+                              **({} if tile.exchange_p else dict(scratch_p_ptr=None, scratch_alpha_ptr=None)),
                               DTYPE=tl.bfloat16)
             # Rows of 576 bf16 values and of 656 bytes both keep 16-byte alignment.
             divisible = {n for n in types if n.endswith("_ptr")} | {

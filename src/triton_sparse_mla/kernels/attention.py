@@ -9,6 +9,14 @@ fully masked tiles give no NaN.
 
 With one split the program writes the final output and lse. With several, it writes a
 normalised partial output and its base-2 lse, and :mod:`.combine` merges them.
+
+``EXCHANGE_P`` (tiles with ``exchange_p``): Triton lays out a dot whose result reaches another
+dot with all warps along M; with 64 heads and 8 warps both warpgroups then compute the whole
+score tile (BENCHMARKS.md, "What bounds the kernel"). With ``EXCHANGE_P`` no value computed
+from the scores reaches a dot: the five QK dots are summed through :func:`.common.unfused`, and
+the probabilities and the rescale factor go through a scratch slot of this program's SM in
+global memory (two buffers, alternating per step, one barrier per step). The slot is the
+SM's, so the tile must keep one program per SM (``configs.programs_per_sm``).
 """
 
 import math
@@ -19,7 +27,8 @@ import triton
 import triton.language as tl
 
 from .combine import launch_combine
-from .common import LATENT_TILE, LN2, load_latent_tile, load_rope_tile, mma, sink_factor, tile_update
+from .common import (LATENT_TILE, LN2, block_barrier, load_latent_tile, load_rope_tile, mma,
+                     sink_factor, sm_index, tile_update, unfused)
 
 D_NOPE = 512
 
@@ -40,7 +49,7 @@ def _store_tile(p_o, b_acc, b_scale, m_h, J: tl.constexpr):
 @triton.jit
 def sparse_mla_fwd_kernel(
     q_nope_ptr, q_pe_ptr, kv_ptr, idx_ptr, len_ptr, sink_ptr,
-    out_ptr, lse_ptr,
+    out_ptr, lse_ptr, scratch_p_ptr, scratch_alpha_ptr,
     qk_scale, n_rows, n_heads, topk, split_size,
     stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h,
     stride_kv, stride_idx_t,
@@ -49,7 +58,7 @@ def sparse_mla_fwd_kernel(
     D_PE: tl.constexpr, FP8: tl.constexpr, FP8_CVT: tl.constexpr,
     HAS_LEN: tl.constexpr, HAS_SINK: tl.constexpr, PARTIAL: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, INTERPRET: tl.constexpr,
-    DTYPE: tl.constexpr, PIN_CVT: tl.constexpr,
+    DTYPE: tl.constexpr, PIN_CVT: tl.constexpr, EXCHANGE_P: tl.constexpr,
 ):
     tl.static_assert(BLOCK_N >= 16, "tl.dot needs at least 16 rows per tile")
     tl.static_assert(BLOCK_H >= 16, "tl.dot needs at least 16 heads per tile (pad in registers)")
@@ -92,13 +101,22 @@ def sparse_mla_fwd_kernel(
         b_k1 = load_latent_tile(p_row, m_n, 1, FP8, FP8_CVT, DTYPE, PIN_CVT)
         b_k2 = load_latent_tile(p_row, m_n, 2, FP8, FP8_CVT, DTYPE, PIN_CVT)
         b_k3 = load_latent_tile(p_row, m_n, 3, FP8, FP8_CVT, DTYPE, PIN_CVT)
-        b_s = mma(b_q0, tl.trans(b_k0), INTERPRET)  # [BLOCK_H, BLOCK_N]
-        b_s += mma(b_q1, tl.trans(b_k1), INTERPRET)
-        b_s += mma(b_q2, tl.trans(b_k2), INTERPRET)
-        b_s += mma(b_q3, tl.trans(b_k3), INTERPRET)
+        if EXCHANGE_P:
+            b_s = unfused(mma(b_q0, tl.trans(b_k0), INTERPRET), INTERPRET)  # [BLOCK_H, BLOCK_N]
+            b_s += unfused(mma(b_q1, tl.trans(b_k1), INTERPRET), INTERPRET)
+            b_s += unfused(mma(b_q2, tl.trans(b_k2), INTERPRET), INTERPRET)
+            b_s += unfused(mma(b_q3, tl.trans(b_k3), INTERPRET), INTERPRET)
+        else:
+            b_s = mma(b_q0, tl.trans(b_k0), INTERPRET)  # [BLOCK_H, BLOCK_N]
+            b_s += mma(b_q1, tl.trans(b_k1), INTERPRET)
+            b_s += mma(b_q2, tl.trans(b_k2), INTERPRET)
+            b_s += mma(b_q3, tl.trans(b_k3), INTERPRET)
         if D_PE > 0:
             b_kp = load_rope_tile(p_row, m_n, D_PE, FP8, DTYPE)  # [BLOCK_N, D_PE]
-            b_s += mma(b_qp, tl.trans(b_kp), INTERPRET)
+            if EXCHANGE_P:
+                b_s += unfused(mma(b_qp, tl.trans(b_kp), INTERPRET), INTERPRET)
+            else:
+                b_s += mma(b_qp, tl.trans(b_kp), INTERPRET)
         b_s = tl.where(m_n[None, :], b_s * qk_scale, float("-inf"))
         b_m_new = tl.maximum(b_m, tl.max(b_s, axis=1))
         b_p = tl.exp2(b_s - b_m_new[:, None])
@@ -106,6 +124,17 @@ def sparse_mla_fwd_kernel(
         b_l = b_l * b_alpha + tl.sum(b_p, axis=1)
         if FP8:  # P converted once here for fp8, inside tile_update for bf16: the codegen measured
             b_p = b_p.to(DTYPE)
+        if EXCHANGE_P:
+            i_buf = sm_index(INTERPRET) * 2 + (n0 // BLOCK_N) % 2
+            o_sh = tl.arange(0, BLOCK_H)
+            p_sp = (scratch_p_ptr + i_buf.to(tl.int64) * (BLOCK_H * BLOCK_N)
+                    + o_sh[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :])  # [BLOCK_H, BLOCK_N]
+            p_sa = scratch_alpha_ptr + i_buf.to(tl.int64) * BLOCK_H + o_sh  # [BLOCK_H]
+            tl.store(p_sp, b_p.to(DTYPE))
+            tl.store(p_sa, b_alpha)
+            i_zero = block_barrier(INTERPRET)
+            b_p = tl.load(p_sp + i_zero)
+            b_alpha = tl.load(p_sa + i_zero)
         b_acc0 = tile_update(b_acc0, b_alpha, b_p, b_k0, INTERPRET)
         b_acc1 = tile_update(b_acc1, b_alpha, b_p, b_k1, INTERPRET)
         b_acc2 = tile_update(b_acc2, b_alpha, b_p, b_k2, INTERPRET)
@@ -130,9 +159,33 @@ def sparse_mla_fwd_kernel(
     _store_tile(p_o, b_acc3, b_inv_l, m_h, 3)
 
 
+@triton.jit
+def _sm_id_count_kernel(out_ptr):
+    n = tl.inline_asm_elementwise("mov.u32 $0, %nsmid;", "=r,r", [tl.program_id(0)], dtype=tl.int32,
+                                  is_pure=True, pack=1)
+    tl.store(out_ptr, n)
+
+
+def sm_id_count(device_index: int) -> int:
+    """How many values ``%smid`` takes on this device (``%nsmid``; SM ids need not be contiguous,
+    so this can exceed the SM count). Queried once per device, by a kernel and a copy to the
+    host, so the first query must not happen while a CUDA graph is being captured."""
+    if device_index not in _SM_ID_COUNT:
+        if torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("exchange_p tiles: run the call once before capturing a CUDA graph "
+                               "(the first call queries the device's SM ids)")
+        out = torch.zeros(1, dtype=torch.int32, device=torch.device("cuda", device_index))
+        _sm_id_count_kernel[(1,)](out)
+        _SM_ID_COUNT[device_index] = int(out.item())
+    return _SM_ID_COUNT[device_index]
+
+
+_SM_ID_COUNT: dict[int, int] = {}
+
+
 def launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, out, lse,
                           *, fp8, fp8_cvt, block_h, block_n, num_warps, num_stages, splits,
-                          pin_conversion=True):
+                          pin_conversion=True, exchange_p=False):
     """Launch the kernel (and the combine step when ``splits > 1``); return the compiled main kernel.
 
     Shapes: ``q_nope [T, H, 512]``, ``q_pe [T, H, D_PE]`` or None, ``kv [N, C]``,
@@ -146,7 +199,18 @@ def launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_
     split_size = triton.cdiv(triton.cdiv(topk, splits), block_n) * block_n
     splits = max(1, triton.cdiv(topk, split_size))
     grid = (t_count, triton.cdiv(h_count, block_h), splits)
+    dtype = torch.float16 if q_nope.dtype == torch.float16 else torch.bfloat16
+    scratch_p = scratch_alpha = None
+    if exchange_p:
+        # The scratch slot is the SM's: two 64 x 512 fp32 accumulators would fill an SM's 64K
+        # registers, so a tile of 64 heads never shares an SM with another program.
+        if block_h < 64:
+            raise ValueError(f"exchange_p: needs a tile of at least 64 heads, got block_h={block_h}")
+        slots = 2 * (1 if interpret else sm_id_count(out.device.index))  # two buffers per SM id
+        scratch_p = torch.empty(slots * block_h * block_n, dtype=dtype, device=out.device)
+        scratch_alpha = torch.empty(slots * block_h, dtype=torch.float32, device=out.device)
     common = dict(
+        scratch_p_ptr=scratch_p, scratch_alpha_ptr=scratch_alpha,
         q_nope_ptr=q_nope, q_pe_ptr=q_pe if q_pe is not None else q_nope, kv_ptr=kv,
         idx_ptr=indices, len_ptr=topk_length, sink_ptr=attn_sink,
         qk_scale=float(sm_scale) * math.log2(math.e), n_rows=n_rows, n_heads=h_count,
@@ -157,7 +221,7 @@ def launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_
         stride_kv=kv.stride(0), stride_idx_t=indices.stride(0),
         D_PE=d_pe, FP8=fp8, FP8_CVT=fp8_cvt,
         HAS_LEN=topk_length is not None, HAS_SINK=attn_sink is not None,
-        DTYPE=tl.float16 if q_nope.dtype == torch.float16 else tl.bfloat16,
+        DTYPE=tl.float16 if dtype == torch.float16 else tl.bfloat16, EXCHANGE_P=exchange_p,
         BLOCK_H=block_h, BLOCK_N=block_n, INTERPRET=interpret,
         PIN_CVT=fp8 and pin_conversion and not interpret,  # the interpreter runs no PTX
         num_warps=num_warps, num_stages=num_stages,

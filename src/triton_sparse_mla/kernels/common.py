@@ -127,3 +127,33 @@ def sink_factor(b_lse2, b_sink):
     b_lse = b_lse2 * LN2
     f = 1.0 / (1.0 + tl.exp(b_sink - b_lse))
     return tl.where(b_lse2 == float("-inf"), 0.0, f)
+
+
+@triton.jit
+def unfused(b_x, INTERPRET: tl.constexpr):
+    """Identity on an fp32 tile that the compiler cannot fold into a dot's accumulator."""
+    if INTERPRET:
+        return b_x
+    return tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [b_x], dtype=tl.float32,
+                                     is_pure=False, pack=1)
+
+
+@triton.jit
+def sm_index(INTERPRET: tl.constexpr):
+    """The SM this program runs on (``%smid``; 0 under the interpreter, which runs programs
+    one after another)."""
+    if INTERPRET:
+        return tl.program_id(0) * 0
+    return tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r,r", [tl.program_id(0)],
+                                     dtype=tl.int32, is_pure=True, pack=1)
+
+
+@triton.jit
+def block_barrier(INTERPRET: tl.constexpr):
+    """``bar.sync`` of all threads of the program, once each; returns 0 (for an address, so
+    that loads after it cannot move before it). Global stores made before it are visible to
+    every thread of the program after it."""
+    if INTERPRET:
+        return tl.program_id(0) * 0
+    return tl.inline_asm_elementwise("bar.sync 0;\n\tmov.u32 $0, 0;", "=r,r", [tl.program_id(0)],
+                                     dtype=tl.int32, is_pure=False, pack=1)

@@ -13,7 +13,7 @@ normalised partial output and its base-2 lse, and :mod:`.combine` merges them.
 ``EXCHANGE_P`` (tiles with ``exchange_p``): Triton lays out a dot whose result reaches another
 dot with all warps along M; with 64 heads and 8 warps both warpgroups then compute the whole
 score tile (BENCHMARKS.md, "What bounds the kernel"). With ``EXCHANGE_P`` no value computed
-from the scores reaches a dot: the five QK dots are summed through :func:`.common.unfused`, and
+from the scores reaches a dot: the five QK dots are summed unfused (:func:`.common.score_part`), and
 the probabilities and the rescale factor go through a scratch slot of this program's SM in
 global memory (two buffers, alternating per step, one barrier per step). The slot is the
 SM's, so the tile must keep one program per SM (``configs.programs_per_sm``).
@@ -27,8 +27,8 @@ import triton
 import triton.language as tl
 
 from .combine import launch_combine
-from .common import (LATENT_TILE, LN2, block_barrier, load_latent_tile, load_rope_tile, mma,
-                     sink_factor, sm_index, tile_update, unfused)
+from .common import (LATENT_TILE, LN2, block_barrier, load_latent_tile, load_rope_tile,
+                     score_part, sink_factor, sm_index, tile_update)
 
 D_NOPE = 512
 
@@ -101,22 +101,13 @@ def sparse_mla_fwd_kernel(
         b_k1 = load_latent_tile(p_row, m_n, 1, FP8, FP8_CVT, DTYPE, PIN_CVT)
         b_k2 = load_latent_tile(p_row, m_n, 2, FP8, FP8_CVT, DTYPE, PIN_CVT)
         b_k3 = load_latent_tile(p_row, m_n, 3, FP8, FP8_CVT, DTYPE, PIN_CVT)
-        if EXCHANGE_P:
-            b_s = unfused(mma(b_q0, tl.trans(b_k0), INTERPRET), INTERPRET)  # [BLOCK_H, BLOCK_N]
-            b_s += unfused(mma(b_q1, tl.trans(b_k1), INTERPRET), INTERPRET)
-            b_s += unfused(mma(b_q2, tl.trans(b_k2), INTERPRET), INTERPRET)
-            b_s += unfused(mma(b_q3, tl.trans(b_k3), INTERPRET), INTERPRET)
-        else:
-            b_s = mma(b_q0, tl.trans(b_k0), INTERPRET)  # [BLOCK_H, BLOCK_N]
-            b_s += mma(b_q1, tl.trans(b_k1), INTERPRET)
-            b_s += mma(b_q2, tl.trans(b_k2), INTERPRET)
-            b_s += mma(b_q3, tl.trans(b_k3), INTERPRET)
+        b_s = score_part(b_q0, b_k0, EXCHANGE_P, INTERPRET)  # [BLOCK_H, BLOCK_N]
+        b_s += score_part(b_q1, b_k1, EXCHANGE_P, INTERPRET)
+        b_s += score_part(b_q2, b_k2, EXCHANGE_P, INTERPRET)
+        b_s += score_part(b_q3, b_k3, EXCHANGE_P, INTERPRET)
         if D_PE > 0:
             b_kp = load_rope_tile(p_row, m_n, D_PE, FP8, DTYPE)  # [BLOCK_N, D_PE]
-            if EXCHANGE_P:
-                b_s += unfused(mma(b_qp, tl.trans(b_kp), INTERPRET), INTERPRET)
-            else:
-                b_s += mma(b_qp, tl.trans(b_kp), INTERPRET)
+            b_s += score_part(b_qp, b_kp, EXCHANGE_P, INTERPRET)
         b_s = tl.where(m_n[None, :], b_s * qk_scale, float("-inf"))
         b_m_new = tl.maximum(b_m, tl.max(b_s, axis=1))
         b_p = tl.exp2(b_s - b_m_new[:, None])

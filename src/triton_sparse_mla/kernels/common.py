@@ -130,12 +130,17 @@ def sink_factor(b_lse2, b_sink):
 
 
 @triton.jit
-def unfused(b_x, INTERPRET: tl.constexpr):
-    """Identity on an fp32 tile that the compiler cannot fold into a dot's accumulator."""
-    if INTERPRET:
-        return b_x
-    return tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [b_x], dtype=tl.float32,
-                                     is_pure=False, pack=1)
+def score_part(b_q, b_k, UNFUSED: tl.constexpr, INTERPRET: tl.constexpr):
+    """``q @ k^T`` for one group of columns, fp32 ``[BLOCK_H, BLOCK_N]``. Summed as
+    ``s = part + part + ...``, Triton folds each addition into the next dot's accumulator;
+    with ``UNFUSED`` the result passes an identity it cannot fold (kernels/attention.py,
+    ``EXCHANGE_P``)."""
+    b_s = mma(b_q, tl.trans(b_k), INTERPRET)
+    if UNFUSED:
+        if not INTERPRET:
+            b_s = tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [b_s], dtype=tl.float32,
+                                            is_pure=False, pack=1)
+    return b_s
 
 
 @triton.jit

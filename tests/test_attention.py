@@ -140,6 +140,8 @@ def test_split_rule_counts_resident_programs():
     if smem_kb is None:
         pytest.skip(f"shared memory per SM of sm{cap[0]}{cap[1]} not tabulated")
     family, fp8_cvt = configs.family_of(cap), configs.fp8_cvt_level(cap)
+    if family not in ("sm90", "sm86"):
+        pytest.skip(f"{family}: its split rule borrows sm90's count, not measured there (configs.py)")
     max_threads = torch.cuda.get_device_properties(dev).max_threads_per_multi_processor
     for phase, kind, tile in configs.all_tiles(family):
         fp8 = kind == "fp8"

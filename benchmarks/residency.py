@@ -25,9 +25,6 @@ from triton_sparse_mla.bench import Caches, Workload, make_inputs, time_us
 from sweep import plan_call
 
 KB = 1024
-SM120_SMEM_PER_SM = 100 * KB
-H200_SMEM_PER_SM = 228 * KB
-RESERVED_PER_BLOCK = 1 * KB  # the driver keeps 1 KB per resident block
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 
 T = configs.TileConfig
@@ -50,10 +47,6 @@ def sm120_shared(tile, fp8):
     return max(sizes)
 
 
-def residency(shared, per_sm):
-    return per_sm // (shared + RESERVED_PER_BLOCK)
-
-
 def pad_to(kernel, shared):
     """Launch ``kernel`` (a CompiledKernel) from now on with ``shared`` bytes of shared memory."""
     libcuda = ctypes.CDLL("libcuda.so.1")
@@ -74,15 +67,16 @@ def main(path):
         inputs = make_inputs(w, caches)
         out = torch.empty(w.t, w.h, 512, device="cuda", dtype=torch.bfloat16)
         for tile in CANDIDATES[w.fmt]:
-            r120 = residency(sm120_shared(tile, fp8), SM120_SMEM_PER_SM)
+            r120 = configs.fit_by_shared_memory(sm120_shared(tile, fp8), 120)
             for per_sm in (2, 1):  # the split rule's residency assumption (PROGRAMS_PER_SM)
                 splits, fn = plan_call(inputs, out, tile, configs.fp8_cvt_level((9, 0)), fp8, sms,
                                        pin=configs.pin_fp8_conversion("sm86", tile.block_h), per_sm=per_sm)
                 kernel = fn()
                 own = kernel.metadata.shared
-                padded = max(own, H200_SMEM_PER_SM // max(r120, 1) - RESERVED_PER_BLOCK)
+                padded = max(own, configs.SMEM_PER_SM_KB[90] * KB // max(r120, 1)
+                             - configs.SMEM_RESERVED_PER_BLOCK)
                 # guard: at `padded`, the H200 fits exactly as many programs as SM120 would
-                assert residency(padded, H200_SMEM_PER_SM) == max(r120, 1) or padded == own
+                assert configs.fit_by_shared_memory(padded, 90) == max(r120, 1) or padded == own
                 saved = kernel.packed_metadata
                 pad_to(kernel, padded)
                 us = time_us(fn)

@@ -2,7 +2,7 @@
 
 Prints per workload every candidate's median time (CUDA-graph replay) and the compiled
 kernel's registers, spills and shared memory; writes JSON. The winners go into configs.py
-with a note of the run. Usage: python benchmarks/sweep.py OUT.json [--fp8 | --splits]
+with a note of the run. Usage: python benchmarks/sweep.py OUT.json [--fp8 | --splits | --exchange]
 (--fp8: fp8 conversion variants, pinned or not; --splits: the shipped plan under several
 split rules; --exchange: 64-head tiles with and without the probabilities through scratch).
 """
@@ -154,16 +154,17 @@ SPLIT_WORKLOADS = [Workload("decode", 128, 16, "fp8_ds_mla"), Workload("decode",
 
 
 def main_splits(path):
-    """The shipped plan (tile tables, pinning) under several split rules (programs per SM)."""
+    """The shipped plan (tile tables, pinning) under several split rules (programs per SM,
+    whatever the tile)."""
     caches = Caches()
     records = []
-    family = configs.device_traits(0)[0]
+    shipped_rule = configs.programs_per_sm
     for w in SPLIT_WORKLOADS:
         inputs = make_inputs(w, caches)
         q, kv, idx, lengths = inputs
         out = torch.empty(w.t, w.h, 512, device="cuda", dtype=torch.bfloat16)
         for per_sm in (1, 2, 3, 4, 6):
-            configs.PROGRAMS_PER_SM[family] = per_sm
+            configs.programs_per_sm = lambda family, tile, per_sm=per_sm: per_sm
             fn = lambda: api.sparse_mla_attention((q[..., :512], q[..., 512:]), kv, idx,  # noqa: E731
                                                   576 ** -0.5, out=out)
             plan = configs.plan_launch(*configs.device_traits(0), t_count=w.t, h_count=w.h,
@@ -173,6 +174,7 @@ def main_splits(path):
                                 tile=str(plan.tile), us=us))
             print(f"SPLIT {w.name:36} per_sm={per_sm} splits={plan.splits:3d} {us:8.1f} us {plan.tile}",
                   flush=True)
+    configs.programs_per_sm = shipped_rule
     with open(path, "w") as f:
         json.dump(records, f, indent=1)
 

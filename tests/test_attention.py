@@ -136,9 +136,9 @@ def test_split_rule_counts_resident_programs():
     memory and warps), so the split rule fills one wave and no more."""
     dev = torch.device("cuda")
     cap = torch.cuda.get_device_capability(dev)
-    smem_kb = configs.SMEM_PER_SM_KB.get(cap[0] * 10 + cap[1])
-    if smem_kb is None:
-        pytest.skip(f"shared memory per SM of sm{cap[0]}{cap[1]} not tabulated")
+    cap_key = cap[0] * 10 + cap[1]
+    if cap_key not in configs.SMEM_PER_SM_KB:
+        pytest.skip(f"shared memory per SM of sm{cap_key} not tabulated")
     family, fp8_cvt = configs.family_of(cap), configs.fp8_cvt_level(cap)
     if family not in ("sm90", "sm86"):
         pytest.skip(f"{family}: its split rule borrows sm90's count, not measured there (configs.py)")
@@ -155,7 +155,7 @@ def test_split_rule_counts_resident_programs():
                      family=family, sm_count=1, fp8_cvt=fp8_cvt, fp8=fp8, plan=plan)
         threads = 32 * tile.num_warps
         by_regs = 65536 // (-(-k.n_regs // 8) * 8 * threads)  # registers go out 8 per thread
-        by_smem = smem_kb * 1024 // (k.metadata.shared + 1024)
+        by_smem = configs.fit_by_shared_memory(k.metadata.shared, cap_key)
         resident = min(by_regs, by_smem, max_threads // threads)
         assert resident == configs.programs_per_sm(family, tile), (
             phase, kind, tile, k.n_regs, k.metadata.shared)

@@ -26,15 +26,15 @@ def test_all_configs_compile_and_fit(tmp_path):
             key = f"{phase}/{kind}/{tile.block_h}x{tile.block_n}"
             hits = [r for r in records if r["family"] == family and r["config"] == key]
             assert hits and all(r["shared"] <= configs.SMEM_LIMIT[family] for r in hits)
-    # The split rule never counts more resident programs than the shared memory per SM holds
-    # (1 KB per block is the driver's); on the sm86 family, shared memory is what decides.
+    # The split rule never counts more resident programs than the shared memory per SM holds;
+    # on the sm86 family, shared memory is what decides.
     # (sm80, not measured, keeps sm90's count for its 4-warp tiles; two of them fit only one.)
     for r in records:
         if r["config"] == "combine" or r["family"] == "sm80":
             continue
         h, n = map(int, r["config"].rsplit("/", 1)[1].split("x"))
         claim = configs.programs_per_sm(r["family"], configs.TileConfig(h, n, r["num_warps"], r["num_stages"]))
-        fits = configs.SMEM_PER_SM_KB[int(r["target"][2:])] * 1024 // (r["shared"] + 1024)
+        fits = configs.fit_by_shared_memory(r["shared"], int(r["target"][2:]))
         assert claim <= fits if r["family"] != "sm86" else claim == fits, r
     assert proc.returncode == 0
 

@@ -112,8 +112,10 @@ CONFIGS = {"sm90": _SM90, "sm100": _SM100, "sm80": _SM80, "sm86": _SMALL_SMEM}
 # 2026-12-01). sm80 and sm100: not measured, sm90's figure (two sm80 tiles, 16x64 bf16 and
 # 32x32 fp8, fit only one per SM in 164 KB).
 PROGRAMS_PER_SM = {"sm90": 2, "sm100": 2, "sm80": 2, "sm86": 1}
-# Shared memory per SM (KB) by compute capability, for the residency checks in the tests.
+# Shared memory per SM (KB) by compute capability (major * 10 + minor), and what the driver keeps
+# of it per resident block: for the residency checks in the tests and benchmarks.
 SMEM_PER_SM_KB = {80: 164, 86: 100, 87: 164, 89: 100, 90: 228, 100: 228, 103: 228, 120: 100, 121: 100}
+SMEM_RESERVED_PER_BLOCK = 1024
 MIN_TILES_PER_SPLIT = 2
 # The interpreter has no SMs; a small count makes CPU tests exercise the split path.
 INTERPRETER_SM_COUNT = 4
@@ -182,6 +184,12 @@ def programs_per_sm(family: str, tile: TileConfig) -> int:
     and ``tests/test_attention.py`` against the compiled kernel on the GPU at hand.
     """
     return 1 if tile.num_warps >= 8 else PROGRAMS_PER_SM[family]
+
+
+def fit_by_shared_memory(shared: int, capability: int) -> int:
+    """How many programs using ``shared`` bytes of shared memory one SM of this compute
+    capability (``major * 10 + minor``) holds."""
+    return SMEM_PER_SM_KB[capability] * 1024 // (shared + SMEM_RESERVED_PER_BLOCK)
 
 
 def choose_splits(t_count: int, h_tiles: int, topk: int, block_n: int, sm_count: int,

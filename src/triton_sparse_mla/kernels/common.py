@@ -50,6 +50,15 @@ def e4m3_to_f32(b_raw, FP8_CVT: tl.constexpr):
 
 
 @triton.jit
+def opaque(b_x, PACK: tl.constexpr):
+    """Identity through a one-instruction inline asm the compiler may not move, duplicate or
+    fold into neighbouring operations; ``PACK`` values per 32-bit register (2 for 16-bit
+    tiles, 1 for 32-bit ones). Not for the interpreter, which runs no PTX."""
+    return tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [b_x], dtype=b_x.dtype,
+                                     is_pure=False, pack=PACK)
+
+
+@triton.jit
 def convert_here(b_x):
     """Identity on a 16-bit tile that the compiler may not move or duplicate.
 
@@ -62,8 +71,7 @@ def convert_here(b_x):
     the raw bytes are staged by cp.async, dequantized once in the layout they were loaded in,
     and the result is staged once for both dots. Not for the interpreter, which runs no PTX.
     """
-    return tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [b_x], dtype=b_x.dtype,
-                                     is_pure=False, pack=2)
+    return opaque(b_x, 2)
 
 
 @triton.jit
@@ -138,8 +146,7 @@ def score_part(b_q, b_k, UNFUSED: tl.constexpr, INTERPRET: tl.constexpr):
     b_s = mma(b_q, tl.trans(b_k), INTERPRET)
     if UNFUSED:
         if not INTERPRET:
-            b_s = tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [b_s], dtype=tl.float32,
-                                            is_pure=False, pack=1)
+            b_s = opaque(b_s, 1)
     return b_s
 
 

@@ -2,9 +2,10 @@
 
 Prints per workload every candidate's median time (CUDA-graph replay) and the compiled
 kernel's registers, spills and shared memory; writes JSON. The winners go into configs.py
-with a note of the run. Usage: python benchmarks/sweep.py OUT.json [--fp8 | --splits | --exchange]
+with a note of the run. Usage: python benchmarks/sweep.py OUT.json [--fp8 | --splits | --exchange | --latency]
 (--fp8: fp8 conversion variants, pinned or not; --splits: the shipped plan under several
-split rules; --exchange: 64-head tiles with and without the probabilities through scratch).
+split rules; --exchange: 64-head tiles with and without the probabilities through scratch, and
+the latency tiles for 64+ heads; --latency: where the latency phase should end).
 """
 
 import json
@@ -88,6 +89,8 @@ def main(path):
         return main_splits(path)
     if "--exchange" in sys.argv:
         return main_exchange(path)
+    if "--latency" in sys.argv:
+        return main_latency(path)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     caches = Caches()
     records = []
@@ -182,30 +185,67 @@ def main_splits(path):
 EXCHANGE_WORKLOADS = [
     Workload(phase, t, h, fmt, n_rows=32768 if phase == "prefill" else 1 << 20)
     for fmt in ("bf16", "fp8_ds_mla") for h in (64, 128)
-    for phase, t in (("decode", 32), ("decode", 128), ("decode", 512), ("prefill", 4096))]
+    for phase, t in (("decode", 1), ("decode", 4), ("decode", 32), ("decode", 128),
+                     ("decode", 512), ("prefill", 4096))]
+# 64-head tiles with and without exchange_p (the first is the table's tile before exchange_p
+# was timed), and for the latency phase (T <= 8) the 16-head tiles its tables use.
+EXCHANGE_TILES = [T(64, 64, 8, 2), T(64, 64, 8, 2, exchange_p=True), T(64, 32, 8, 2, exchange_p=True)]
+LATENCY_TILES = [T(16, 64, 4, 2), T(16, 64, 8, 2), T(16, 32, 4, 2)]
 
 
 def main_exchange(path):
-    """The shipped 64x64 tile against the same tile with ``exchange_p`` (kernels/attention.py),
-    under the shipped split rule; the two outputs are compared with each other as well."""
+    """64-head tiles with and without ``exchange_p`` (kernels/attention.py), and the latency
+    tiles at T <= 8, each under the shipped split rule; every output is compared with the
+    first tile's."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     caches = Caches()
     records = []
     for w in EXCHANGE_WORKLOADS:
         inputs = make_inputs(w, caches)
         fp8 = w.fmt == "fp8_ds_mla"
-        outs = []
-        for exchange in (False, True):
-            tile = T(64, 64, 8, 2, exchange_p=exchange)
+        first = None
+        for tile in EXCHANGE_TILES + (LATENCY_TILES if w.t <= configs.LATENCY_MAX_TOKENS else []):
             out = torch.empty(w.t, w.h, 512, device="cuda", dtype=torch.bfloat16)
-            splits, us, meta = time_plan(inputs, out, tile, 1, fp8, sms, pin=False)
-            outs.append(out.float())
-            records.append(dict(workload=w.name, exchange_p=exchange, splits=splits, us=us, **meta))
-            print(f"EXCH {w.name:40} exchange_p={int(exchange)} splits={splits:3d} {us:9.1f} us {meta}",
+            pin = configs.pin_fp8_conversion("sm90", tile.block_h)
+            splits, us, meta = time_plan(inputs, out, tile, 1, fp8, sms, pin=pin)
+            first = out.float() if first is None else first
+            diff = ((out.float() - first).norm() / first.norm()).item()
+            records.append(dict(workload=w.name, tile=str(tile), splits=splits, us=us, rel_diff=diff,
+                                **meta))
+            print(f"EXCH {w.name:38} {tile.block_h}x{tile.block_n} w{tile.num_warps} s{tile.num_stages} "
+                  f"ex={int(tile.exchange_p)} splits={splits:3d} {us:9.1f} us diff={diff:.1e} {meta}",
                   flush=True)
-        diff = ((outs[0] - outs[1]).norm() / outs[0].norm()).item()
-        records.append(dict(workload=w.name, rel_diff=diff))
-        print(f"EXCH {w.name:40} relative difference of the outputs {diff:.2e}", flush=True)
+    with open(path, "w") as f:
+        json.dump(records, f, indent=1)
+
+
+LATENCY_WORKLOADS = [Workload("decode", t, h, fmt) for fmt in ("bf16", "fp8_ds_mla")
+                     for h in (8, 16, 32, 64, 128) for t in (2, 3, 4, 8)]
+
+
+def main_latency(path):
+    """The shipped plan with the latency phase ending at each of several token counts
+    (``configs.LATENCY_MAX_TOKENS``): which tiles serve 2-8 query tokens, latency or decode."""
+    caches = Caches()
+    records = []
+    shipped = configs.LATENCY_MAX_TOKENS
+    for w in LATENCY_WORKLOADS:
+        q, kv, idx, lengths = make_inputs(w, caches)
+        out = torch.empty(w.t, w.h, 512, device="cuda", dtype=torch.bfloat16)
+        for limit in (8, 1):
+            configs.LATENCY_MAX_TOKENS = limit
+            plan = configs.plan_launch(*configs.device_traits(0), t_count=w.t, h_count=w.h,
+                                       topk=idx.shape[1], fp8=w.fmt == "fp8_ds_mla")
+            fn = lambda: api.sparse_mla_attention((q[..., :512], q[..., 512:]), kv, idx,  # noqa: E731
+                                                  576 ** -0.5, out=out)
+            us = time_us(fn)
+            records.append(dict(workload=w.name, latency_max_tokens=limit, tile=str(plan.tile),
+                                splits=plan.splits, us=us))
+            t = plan.tile
+            print(f"LAT {w.name:36} latency_max={limit} {t.block_h}x{t.block_n} w{t.num_warps} "
+                  f"s{t.num_stages} ex={int(t.exchange_p)} splits={plan.splits:3d} {us:8.1f} us",
+                  flush=True)
+    configs.LATENCY_MAX_TOKENS = shipped
     with open(path, "w") as f:
         json.dump(records, f, indent=1)
 

@@ -4,22 +4,24 @@ matches an eager call exactly (launch choices depend on shapes only)."""
 import pytest
 import torch
 
-from problems import make_problem
-from triton_sparse_mla import sparse_mla_attention
+from problems import assert_close, make_problem
+from triton_sparse_mla import sparse_mla_attention, sparse_mla_reference
+from triton_sparse_mla.kernels import attention
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("t", [1, 32, 128])
 @pytest.mark.parametrize("fmt", ["bf16", "fp8_ds_mla"])
-def test_graph_replay_matches_eager(t, fmt):
+@pytest.mark.parametrize("h", [16, 64])  # 64 heads: the exchange_p tile on SM90 from T=9 on
+def test_graph_replay_matches_eager(t, fmt, h):
     dev = torch.device("cuda")
-    a = make_problem(t=t, h=16, k=2048, n=8192, fmt=fmt, device=dev, topk_length="partial", seed=1)
+    a = make_problem(t=t, h=h, k=2048, n=8192, fmt=fmt, device=dev, topk_length="partial", seed=1)
     # b counts its whole rows, so every valid id in b.indices names an unpoisoned row of b.kv.
-    b = make_problem(t=t, h=16, k=2048, n=8192, fmt=fmt, device=dev, seed=2)
+    b = make_problem(t=t, h=h, k=2048, n=8192, fmt=fmt, device=dev, seed=2)
     q, kv = a.q, b.kv
     idx, lens = b.indices.clone(), a.topk_length.clone()
-    out = torch.empty(t, 16, 512, dtype=torch.bfloat16, device=dev)
-    lse = torch.empty(t, 16, dtype=torch.float32, device=dev)
+    out = torch.empty(t, h, 512, dtype=torch.bfloat16, device=dev)
+    lse = torch.empty(t, h, dtype=torch.float32, device=dev)
 
     def step():
         o, l = sparse_mla_attention(q, kv, idx, 0.07, topk_length=lens, return_lse=True)
@@ -43,3 +45,33 @@ def test_graph_replay_matches_eager(t, fmt):
         want, want_lse = sparse_mla_attention(q, kv, idx, 0.07, topk_length=lens, return_lse=True)
         assert torch.equal(out, want)
         assert torch.equal(lse, want_lse)
+
+
+@pytest.mark.gpu
+def test_first_call_inside_capture(monkeypatch):
+    """A first call made inside a graph capture, before the exchange_p tile's SM-id query could
+    run, is captured with the same tile without the exchange and replays correctly."""
+    dev = torch.device("cuda")
+    monkeypatch.setattr(attention, "_SM_ID_COUNT", {})
+    p = make_problem(t=32, h=64, k=2048, n=8192, fmt="bf16", device=dev, seed=3)
+    out = torch.empty(32, 64, 512, dtype=torch.bfloat16, device=dev)
+    # Compile the fallback outside the capture: an eager call that sees a capture in progress.
+    with monkeypatch.context() as m:
+        m.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+        warm = sparse_mla_attention(p.q, p.kv, p.indices, 0.07)
+    assert attention._SM_ID_COUNT == {}
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        sparse_mla_attention(p.q, p.kv, p.indices, 0.07, out=out)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    monkeypatch.setattr(attention, "_SM_ID_COUNT", {})
+    with torch.cuda.graph(graph):
+        sparse_mla_attention(p.q, p.kv, p.indices, 0.07, out=out)
+    assert attention._SM_ID_COUNT == {}
+    graph.replay()
+    torch.cuda.synchronize()
+    ref_out, ref_lse = sparse_mla_reference(p.q, p.kv, p.indices, 0.07)
+    assert_close(out, None, ref_out, ref_lse, rtol_norm=2e-2)
+    assert torch.equal(out, warm)

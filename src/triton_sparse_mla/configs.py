@@ -65,13 +65,18 @@ C = TileConfig
 # The fp8 rows were re-measured on 2026-12-01 after fp8 tiles were dequantized at load
 # (BENCHMARKS.md, "fp8_ds_mla tiles after dequantizing at load"): 64x64 tiles for 64+ heads
 # (1.17-1.32x over 64x32) and a third stage for 16-head decode tiles (2-4%).
+# The 64-head tile with exchange_p: 1.06-1.17x over the same tile without, in every decode
+# (T=32-512) and prefill (T=4096) workload of 64 and 128 heads, bf16 and fp8_ds_mla (H200,
+# 2026-12-01, sweep.py --exchange, BENCHMARKS.md "exchange_p"). sm90 only: Triton 3.6 does not
+# compile it for sm100.
+_EX64 = C(64, 64, 8, 2, exchange_p=True)
 _SM90 = {
     ("latency", "plain"): ((_ANY, C(16, 64, 4, 2)),),
     ("latency", "fp8"): ((16, C(16, 32, 4, 2)), (_ANY, C(16, 64, 8, 2))),
-    ("decode", "plain"): ((16, C(16, 64, 4, 3)), (32, C(32, 64, 4, 2)), (_ANY, C(64, 64, 8, 2))),
-    ("decode", "fp8"): ((16, C(16, 32, 4, 3)), (32, C(32, 32, 4, 2)), (_ANY, C(64, 64, 8, 2))),
-    ("prefill", "plain"): ((16, C(16, 64, 4, 2)), (32, C(32, 64, 4, 2)), (_ANY, C(64, 64, 8, 2))),
-    ("prefill", "fp8"): ((16, C(16, 32, 4, 2)), (32, C(32, 32, 4, 2)), (_ANY, C(64, 64, 8, 2))),
+    ("decode", "plain"): ((16, C(16, 64, 4, 3)), (32, C(32, 64, 4, 2)), (_ANY, _EX64)),
+    ("decode", "fp8"): ((16, C(16, 32, 4, 3)), (32, C(32, 32, 4, 2)), (_ANY, _EX64)),
+    ("prefill", "plain"): ((16, C(16, 64, 4, 2)), (32, C(32, 64, 4, 2)), (_ANY, _EX64)),
+    ("prefill", "fp8"): ((16, C(16, 32, 4, 2)), (32, C(32, 32, 4, 2)), (_ANY, _EX64)),
 }
 # sm80 (163 KB), sm86 (99 KB) and sm100: not measured on their GPUs (none is available here).
 # They are the sm90 shapes, cut down where the compiled kernel overflows the family's shared

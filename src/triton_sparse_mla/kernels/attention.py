@@ -157,14 +157,13 @@ def _sm_id_count_kernel(out_ptr):
     tl.store(out_ptr, n)
 
 
-def sm_id_count(device_index: int) -> int:
+def sm_id_count(device_index: int) -> int | None:
     """How many values ``%smid`` takes on this device (``%nsmid``; SM ids need not be contiguous,
     so this can exceed the SM count). Queried once per device, by a kernel and a copy to the
-    host, so the first query must not happen while a CUDA graph is being captured."""
+    host; None while a CUDA graph is being captured and the query has not run yet."""
     if device_index not in _SM_ID_COUNT:
         if torch.cuda.is_current_stream_capturing():
-            raise RuntimeError("exchange_p tiles: run the call once before capturing a CUDA graph "
-                               "(the first call queries the device's SM ids)")
+            return None
         out = torch.zeros(1, dtype=torch.int32, device=torch.device("cuda", device_index))
         _sm_id_count_kernel[(1,)](out)
         _SM_ID_COUNT[device_index] = int(out.item())
@@ -193,11 +192,19 @@ def launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_
     dtype = torch.float16 if q_nope.dtype == torch.float16 else torch.bfloat16
     scratch_p = scratch_alpha = None
     if exchange_p:
-        # The scratch slot is the SM's: two 64 x 512 fp32 accumulators would fill an SM's 64K
-        # registers, so a tile of 64 heads never shares an SM with another program.
-        if block_h < 64:
-            raise ValueError(f"exchange_p: needs a tile of at least 64 heads, got block_h={block_h}")
-        slots = 2 * (1 if interpret else sm_id_count(out.device.index))  # two buffers per SM id
+        # The scratch slot is the SM's. A program whose accumulator alone takes 128 or more
+        # registers per thread holds over half of the 64K registers an SM has (every
+        # architecture from SM80 to SM120), so no other program of this kernel, from this
+        # launch or another, can share its SM.
+        if block_h * D_NOPE // (num_warps * 32) < 128:
+            raise ValueError(f"exchange_p: the tile must hold 128 accumulator values per thread "
+                             f"to own its SM, got block_h={block_h}, num_warps={num_warps}")
+        sm_ids = 1 if interpret else sm_id_count(out.device.index)
+        # First call inside a graph capture (the SM-id query cannot run there): the same tile
+        # without the exchange, same results up to rounding.
+        exchange_p = sm_ids is not None
+    if exchange_p:
+        slots = 2 * sm_ids  # two buffers per SM id
         scratch_p = torch.empty(slots * block_h * block_n, dtype=dtype, device=out.device)
         scratch_alpha = torch.empty(slots * block_h, dtype=torch.float32, device=out.device)
     common = dict(

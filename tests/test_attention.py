@@ -129,6 +129,16 @@ def test_plan_depends_on_shapes_only():
                         assert plan.splits >= 2
 
 
+def test_latency_phase_ends_at_token_heads_on_sm90():
+    """On sm90 a few tokens with many heads leave the 16-head latency tiles for the decode
+    table's 64-head tile once T x H passes the family's limit; other families keep T <= 8."""
+    limit = configs.LATENCY_MAX_TOKEN_HEADS["sm90"]
+    for t, h in ((1, 128), (4, 32), (3, 64), (4, 64), (2, 128), (8, 128)):
+        tile = configs.pick_tile("sm90", t_count=t, h_count=h, fp8=True)
+        assert (tile.block_h == 64) == (t * h > limit), (t, h, tile)
+        assert configs.pick_tile("sm86", t_count=t, h_count=h, fp8=True).block_h == 16, (t, h)
+
+
 @pytest.mark.gpu
 def test_split_rule_counts_resident_programs():
     """On the GPU at hand, every tile of its family's table keeps as many programs resident per

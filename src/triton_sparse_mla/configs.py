@@ -51,11 +51,18 @@ SMEM_LIMIT = {"sm90": 227 * 1024, "sm100": 227 * 1024, "sm80": 163 * 1024, "sm86
 # The compile targets checked for each family (capability as major*10 + minor).
 FAMILY_TARGETS = {"sm90": (90,), "sm100": (100,), "sm80": (80,), "sm86": (86, 89, 120)}
 
-# Phases: "latency" (T <= LATENCY_MAX_TOKENS: few tokens, so many small programs win),
+# Phases: "latency" (T <= LATENCY_MAX_TOKENS and, where the family sets one, T x H <=
+# LATENCY_MAX_TOKEN_HEADS: few tokens, so many small programs win),
 # "decode" (T <= DECODE_MAX_TOKENS) and "prefill". Format kinds: "plain" (bf16/fp16 rows) and
 # "fp8" (fp8_ds_mla). Each entry lists (largest head count, tile) pairs; the first whose head
 # count covers H applies.
 LATENCY_MAX_TOKENS = 8
+# sm90: past 192 token-heads the 16-head latency tiles re-gather (and for fp8_ds_mla
+# re-dequantize) every row once per 16 heads, and the 64-head exchange_p tile of the decode
+# table wins: 1.07-1.30x (bf16) and 1.09-1.68x (fp8_ds_mla) at T=2-8 with 32-128 heads, within
+# 2.5% where it loses (H200, 2026-12-01, sweep.py --latency, BENCHMARKS.md "Latency phase").
+# Other families: not measured, no limit.
+LATENCY_MAX_TOKEN_HEADS = {"sm90": 192}
 DECODE_MAX_TOKENS = 512
 _ANY = 1 << 30
 C = TileConfig
@@ -209,7 +216,7 @@ def choose_splits(t_count: int, h_tiles: int, topk: int, block_n: int, sm_count:
 
 def pick_tile(family: str, *, t_count: int, h_count: int, fp8: bool) -> TileConfig:
     """The table entry for these shapes (before trimming BLOCK_H to the head count)."""
-    if t_count <= LATENCY_MAX_TOKENS:
+    if t_count <= LATENCY_MAX_TOKENS and t_count * h_count <= LATENCY_MAX_TOKEN_HEADS.get(family, _ANY):
         phase = "latency"
     elif t_count <= DECODE_MAX_TOKENS:
         phase = "decode"

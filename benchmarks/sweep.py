@@ -8,6 +8,7 @@ split rules; --exchange: 64-head tiles with and without the probabilities throug
 the latency tiles for 64+ heads; --latency: where the latency phase should end).
 """
 
+import dataclasses
 import json
 import sys
 
@@ -91,6 +92,8 @@ def main(path):
         return main_exchange(path)
     if "--latency" in sys.argv:
         return main_latency(path)
+    if "--prefetch" in sys.argv:
+        return main_prefetch(path)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     caches = Caches()
     records = []
@@ -246,6 +249,38 @@ def main_latency(path):
                   f"s{t.num_stages} ex={int(t.exchange_p)} splits={plan.splits:3d} {us:8.1f} us",
                   flush=True)
     configs.LATENCY_MAX_TOKENS = shipped
+    with open(path, "w") as f:
+        json.dump(records, f, indent=1)
+
+
+PREFETCH_CASES = [
+    (Workload("decode", 128, 64, "bf16"), T(64, 64, 8, 2, exchange_p=True)),
+    (Workload("decode", 128, 128, "fp8_ds_mla"), T(64, 64, 8, 2, exchange_p=True)),
+    (Workload("decode", 128, 64, "fp8_ds_mla"), T(64, 64, 8, 2, exchange_p=True)),
+    (Workload("prefill", 4096, 64, "bf16", n_rows=32768), T(64, 64, 8, 2, exchange_p=True)),
+    (Workload("decode", 128, 16, "fp8_ds_mla"), T(16, 32, 4, 3)),
+    (Workload("decode", 128, 8, "fp8_ds_mla"), T(16, 32, 4, 3)),
+    (Workload("decode", 128, 16, "bf16"), T(16, 64, 4, 3)),
+    (Workload("decode", 32, 128, "bf16"), T(64, 64, 8, 2, exchange_p=True)),
+]
+
+
+def main_prefetch(path):
+    """Shipped tiles with and without ``prefetch_idx`` (row ids loaded a step ahead)."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    caches = Caches()
+    records = []
+    for w, tile in PREFETCH_CASES:
+        inputs = make_inputs(w, caches)
+        fp8 = w.fmt == "fp8_ds_mla"
+        for pf in (False, True, False, True):
+            t = dataclasses.replace(tile, prefetch_idx=pf)
+            out = torch.empty(w.t, w.h, 512, device="cuda", dtype=torch.bfloat16)
+            splits, us, meta = time_plan(inputs, out, t, 1, fp8, sms,
+                                         pin=configs.pin_fp8_conversion("sm90", t.block_h))
+            records.append(dict(workload=w.name, tile=str(t), splits=splits, us=us, **meta))
+            print(f"PF {w.name:38} {t.block_h}x{t.block_n} s{t.num_stages} prefetch={int(pf)} "
+                  f"splits={splits:3d} {us:9.1f} us {meta}", flush=True)
     with open(path, "w") as f:
         json.dump(records, f, indent=1)
 

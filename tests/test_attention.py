@@ -92,6 +92,13 @@ def test_probabilities_through_scratch(kind, device):
     _check_tile(kind, configs.TileConfig(64, 64, 8, 2, exchange_p=True), device)
 
 
+@pytest.mark.parametrize("kind", ["plain", "fp8"])
+def test_row_ids_loaded_a_step_ahead(kind, device):
+    """A tile that loads the next tile's row ids a step ahead (``prefetch_idx``) matches the
+    reference, split and not, lengths ending inside and at the edge of a tile."""
+    _check_tile(kind, configs.TileConfig(16, 32, 4, 3, prefetch_idx=True), device)
+
+
 def _check_tile(kind, tile, device):
     fmt = "fp8_ds_mla" if kind == "fp8" else "bf16"
     prob = make_problem(t=3, h=20, k=100, n=300, fmt=fmt, device=device, topk_length="partial",

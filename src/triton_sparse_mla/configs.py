@@ -34,6 +34,7 @@ class TileConfig:
     num_warps: int
     num_stages: int
     exchange_p: bool = False
+    prefetch_idx: bool = False  # load each tile's row ids a step ahead
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,7 @@ def _main_kernel_variants(tile: configs.TileConfig, cap: int, fp8: bool, family:
                               HAS_SINK=True, PARTIAL=partial, BLOCK_H=tile.block_h,
                               BLOCK_N=tile.block_n, INTERPRET=False,
                               PIN_CVT=fp8 and configs.pin_fp8_conversion(family, tile.block_h),
-                              EXCHANGE_P=tile.exchange_p,
+                              EXCHANGE_P=tile.exchange_p, PREFETCH_IDX=tile.prefetch_idx,
                               **({} if tile.exchange_p else dict(scratch_p_ptr=None, scratch_alpha_ptr=None)),
                               DTYPE=tl.bfloat16)
             # Rows of 576 bf16 values and of 656 bytes both keep 16-byte alignment.

@@ -59,6 +59,7 @@ def sparse_mla_fwd_kernel(
     HAS_LEN: tl.constexpr, HAS_SINK: tl.constexpr, PARTIAL: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, INTERPRET: tl.constexpr,
     DTYPE: tl.constexpr, PIN_CVT: tl.constexpr, EXCHANGE_P: tl.constexpr,
+    PREFETCH_IDX: tl.constexpr,
 ):
     tl.static_assert(BLOCK_N >= 16, "tl.dot needs at least 16 rows per tile")
     tl.static_assert(BLOCK_H >= 16, "tl.dot needs at least 16 heads per tile (pad in registers)")
@@ -91,10 +92,20 @@ def sparse_mla_fwd_kernel(
     b_acc1 = tl.zeros([BLOCK_H, LATENT_TILE], dtype=tl.float32)
     b_acc2 = tl.zeros([BLOCK_H, LATENT_TILE], dtype=tl.float32)
     b_acc3 = tl.zeros([BLOCK_H, LATENT_TILE], dtype=tl.float32)
+    p_idx = idx_ptr + i_t * stride_idx_t
+    if PREFETCH_IDX:
+        o_n = n_start + tl.arange(0, BLOCK_N)
+        b_idx_next = tl.load(p_idx + o_n, mask=o_n < n_end, other=-1)
     for n0 in range(n_start, n_end, BLOCK_N):
         o_n = n0 + tl.arange(0, BLOCK_N)
         m_n = o_n < n_end
-        b_idx = tl.load(idx_ptr + i_t * stride_idx_t + o_n, mask=m_n, other=-1)
+        if PREFETCH_IDX:
+            # The next tile's row ids are loaded a step ahead, so the gather's addresses do not
+            # wait for them.
+            b_idx = b_idx_next
+            b_idx_next = tl.load(p_idx + o_n + BLOCK_N, mask=o_n + BLOCK_N < n_end, other=-1)
+        else:
+            b_idx = tl.load(p_idx + o_n, mask=m_n, other=-1)
         m_n = m_n & (b_idx >= 0) & (b_idx < n_rows)
         p_row = kv_ptr + b_idx.to(tl.int64) * stride_kv  # [BLOCK_N]
         b_k0 = load_latent_tile(p_row, m_n, 0, FP8, FP8_CVT, DTYPE, PIN_CVT)  # [BLOCK_N, 128]
@@ -175,7 +186,7 @@ _SM_ID_COUNT: dict[int, int] = {}
 
 def launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, out, lse,
                           *, fp8, fp8_cvt, block_h, block_n, num_warps, num_stages, splits,
-                          pin_conversion=True, exchange_p=False):
+                          pin_conversion=True, exchange_p=False, prefetch_idx=False):
     """Launch the kernel (and the combine step when ``splits > 1``); return the compiled main kernel.
 
     Shapes: ``q_nope [T, H, 512]``, ``q_pe [T, H, D_PE]`` or None, ``kv [N, C]``,
@@ -220,7 +231,7 @@ def launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_
         D_PE=d_pe, FP8=fp8, FP8_CVT=fp8_cvt,
         HAS_LEN=topk_length is not None, HAS_SINK=attn_sink is not None,
         DTYPE=tl.float16 if dtype == torch.float16 else tl.bfloat16, EXCHANGE_P=exchange_p,
-        BLOCK_H=block_h, BLOCK_N=block_n, INTERPRET=interpret,
+        BLOCK_H=block_h, BLOCK_N=block_n, INTERPRET=interpret, PREFETCH_IDX=prefetch_idx,
         PIN_CVT=fp8 and pin_conversion and not interpret,  # the interpreter runs no PTX
         num_warps=num_warps, num_stages=num_stages,
     )

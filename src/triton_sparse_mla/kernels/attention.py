@@ -16,7 +16,12 @@ score tile (BENCHMARKS.md, "What bounds the kernel"). With ``EXCHANGE_P`` no val
 from the scores reaches a dot: the five QK dots are summed unfused (:func:`.common.score_part`), and
 the probabilities and the rescale factor go through a scratch slot of this program's SM in
 global memory (two buffers, alternating per step, one barrier per step). The slot is the
-SM's, so the tile must keep one program per SM (``configs.programs_per_sm``).
+SM's, so the tile must own its SM: its accumulator alone takes over half of the SM's
+registers (the launcher checks the tile's shape).
+
+``PREFETCH_IDX`` (tiles with ``prefetch_idx``): the next tile's row ids are loaded one step
+ahead, so forming the gather's addresses does not wait for them (BENCHMARKS.md, "Row ids a
+step ahead").
 """
 
 import math

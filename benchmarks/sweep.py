@@ -2,10 +2,12 @@
 
 Prints per workload every candidate's median time (CUDA-graph replay) and the compiled
 kernel's registers, spills and shared memory; writes JSON. The winners go into configs.py
-with a note of the run. Usage: python benchmarks/sweep.py OUT.json [--fp8 | --splits | --exchange | --latency]
+with a note of the run. Usage: python benchmarks/sweep.py OUT.json
+[--fp8 | --splits | --exchange | --latency | --prefetch]
 (--fp8: fp8 conversion variants, pinned or not; --splits: the shipped plan under several
 split rules; --exchange: 64-head tiles with and without the probabilities through scratch, and
-the latency tiles for 64+ heads; --latency: where the latency phase should end).
+the latency tiles for 64+ heads; --latency: where the latency phase should end; --prefetch:
+tiles with and without the row ids loaded a step ahead).
 """
 
 import dataclasses

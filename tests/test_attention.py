@@ -95,7 +95,8 @@ def test_probabilities_through_scratch(kind, device):
 @pytest.mark.parametrize("kind", ["plain", "fp8"])
 def test_row_ids_loaded_a_step_ahead(kind, device):
     """A tile that loads the next tile's row ids a step ahead (``prefetch_idx``) matches the
-    reference, split and not, lengths ending inside and at the edge of a tile."""
+    reference, split and not: slices that end inside a tile (lengths) and at its edge (split
+    boundaries)."""
     _check_tile(kind, configs.TileConfig(16, 32, 4, 3, prefetch_idx=True), device)
 
 

@@ -73,7 +73,7 @@ C = TileConfig
 # The fp8 rows were re-measured on 2026-12-01 after fp8 tiles were dequantized at load
 # (BENCHMARKS.md, "fp8_ds_mla tiles after dequantizing at load"): 64x64 tiles for 64+ heads
 # (1.17-1.32x over 64x32) and a third stage for 16-head decode tiles (2-4%).
-# The 64-head tile with exchange_p: 1.06-1.17x over the same tile without, in every decode
+# The 64-head tile with exchange_p: 1.07-1.18x over the same tile without, in every decode
 # (T=32-512) and prefill (T=4096) workload of 64 and 128 heads, bf16 and fp8_ds_mla (H200,
 # 2026-12-01, sweep.py --exchange, BENCHMARKS.md "exchange_p"). sm90 only: Triton 3.6 does not
 # compile it for sm100. prefetch_idx (row ids loaded a step ahead) on it and on the 16-head

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One self-contained call on the GPU machine: install, test, sanitize, sweep, benchmark.
 # Usage (on the device, from the repo root): bash benchmarks/device_run.sh [steps...]
-# Steps: tests sanitizer sweep fp8sweep splits fp8choice residency ncu exchange latency prefetch bench prefill (default: tests sanitizer sweep bench
+# Steps: tests sanitizer sweep fp8sweep splits fp8choice residency residency-prefetch ncu exchange latency prefetch bench prefill (default: tests sanitizer sweep bench
 # prefill). Logs and JSON go to $OUT.
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -24,6 +24,7 @@ for s in $steps; do
     splits) timeout 200 python3 benchmarks/sweep.py "$OUT/sweep-splits.json" --splits 2>&1 | tee "$OUT/sweep-splits.log" | grep SPLIT ;;
     fp8choice) timeout 240 python3 benchmarks/fp8_prefill_choice.py "$OUT/fp8-prefill-choice.json" 2>&1 | tee "$OUT/fp8-prefill-choice.log" | grep CHOICE ;;
     residency) timeout 300 python3 benchmarks/residency.py "$OUT/residency.json" 2>&1 | tee "$OUT/residency.log" | grep RES ;;
+    residency-prefetch) timeout 300 python3 benchmarks/residency.py "$OUT/residency-prefetch.json" --prefetch 2>&1 | tee "$OUT/residency-prefetch.log" | grep RES ;;
     ncu) timeout 300 ncu --clock-control none --profile-from-start off --kernel-name regex:sparse_mla_fwd \
            --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
            --section SchedulerStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \

@@ -8,7 +8,9 @@ the H200 kernel with its dynamic shared memory padded so that the H200 also fits
 Absolute times are the H200's (its bandwidth and SM count); the ranking between tiles at equal
 residency is what carries over. Prints a table and writes JSON.
 
-Usage: python benchmarks/residency.py OUT.json
+Usage: python benchmarks/residency.py OUT.json [--prefetch]
+(--prefetch: the shipped sm86 tiles with and without ``prefetch_idx``, under the shipped
+one-program-per-SM split rule.)
 
 Padding: Triton launches a compiled kernel with ``packed_metadata = (num_warps, num_ctas,
 shared)``; replacing it changes the dynamic shared memory of every later launch of that cached
@@ -16,6 +18,7 @@ kernel, after the function's limit is raised with ``cuFuncSetAttribute``.
 """
 
 import ctypes
+import dataclasses
 import json
 import sys
 
@@ -58,17 +61,23 @@ def pad_to(kernel, shared):
     kernel.packed_metadata = (warps, ctas, shared)
 
 
-def main(path):
+def main(path, prefetch=False):
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     caches = Caches()
     records = []
+    candidates = CANDIDATES
+    rules = (2, 1)  # the split rule's residency assumption (PROGRAMS_PER_SM)
+    if prefetch:
+        candidates = {fmt: [tiles[0], dataclasses.replace(tiles[0], prefetch_idx=True)]
+                      for fmt, tiles in CANDIDATES.items()}
+        rules = (configs.PROGRAMS_PER_SM["sm86"],)
     for w in WORKLOADS:
         fp8 = w.fmt == "fp8_ds_mla"
         inputs = make_inputs(w, caches)
         out = torch.empty(w.t, w.h, 512, device="cuda", dtype=torch.bfloat16)
-        for tile in CANDIDATES[w.fmt]:
+        for tile in candidates[w.fmt]:
             r120 = configs.fit_by_shared_memory(sm120_shared(tile, fp8), 120)
-            for per_sm in (2, 1):  # the split rule's residency assumption (PROGRAMS_PER_SM)
+            for per_sm in rules:
                 splits, fn = plan_call(inputs, out, tile, configs.fp8_cvt_level((9, 0)), fp8, sms,
                                        pin=configs.pin_fp8_conversion("sm86", tile.block_h), per_sm=per_sm)
                 kernel = fn()
@@ -85,6 +94,7 @@ def main(path):
                            splits=splits, shared_h200=own, padded=padded, us=us)
                 records.append(rec)
                 print(f"RES {w.name:40} {tile.block_h}x{tile.block_n} w{tile.num_warps} s{tile.num_stages} "
+                      f"pf={int(tile.prefetch_idx)} "
                       f"R120={r120} rule={per_sm} splits={splits:3d} pad={padded // KB}KB {us:9.1f} us", flush=True)
                 if splits == 1:
                     break  # the other rule gives the same launch
@@ -93,4 +103,4 @@ def main(path):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], prefetch="--prefetch" in sys.argv)

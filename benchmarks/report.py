@@ -19,6 +19,11 @@ def render(path: str) -> str:
         "| workload | ours (us) | FlashMLA (us) | FlashMLA / ours | floor (us) | GB/s | TFLOP/s | copy share | matmul share |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    # Runs from 2026-12-01 on also time the PyTorch baseline and check the output.
+    extra = any("rel_err" in r for r in rec["results"])
+    if extra:
+        lines[-2] += " PyTorch (us) | rel. error |"
+        lines[-1] += "---:|---:|"
     for r in rec["results"]:
         fm = r["flashmla_us"]
         lines.append(
@@ -26,6 +31,9 @@ def render(path: str) -> str:
             if fm else f"| {r['workload']['name']} | {r['ours_us']:.1f} | - | - |")
         lines[-1] += (f" {r['floor_us']:.1f} | {r['gbps']:.0f} | {r['tflops']:.1f} | "
                       f"{100 * r['copy_share']:.0f}% | {100 * r['matmul_share']:.0f}% |")
+        if extra:
+            pt, err = r.get("torch_us"), r.get("rel_err")
+            lines[-1] += (f" {pt:.1f} |" if pt else " - |") + (f" {err:.1e} |" if err is not None else " - |")
     return "\n".join(lines)
 
 

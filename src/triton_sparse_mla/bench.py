@@ -1,9 +1,12 @@
-"""Benchmark: our kernels beside FlashMLA (when importable) on identical inputs, in one run.
+"""Benchmark: our kernels beside FlashMLA (when importable) and the plain-PyTorch baseline, on
+identical inputs, in one run.
 
 Each workload is timed as CUDA-graph replays (the way vLLM runs decode), median of many. The
 machine's ceilings are measured in the same run: a device-to-device copy (bytes read + written)
 and a bf16 8192^3 matmul on random data. Bytes = q + out + the cache rows actually gathered
-(sum of valid lengths x row bytes); FLOPs = 2 x H x sum of valid lengths x (576 + 512).
+(sum of valid lengths x row bytes); FLOPs = 2 x H x sum of valid lengths x (576 + 512). Each
+workload's output is also checked: the relative error of its first tokens against the float64
+reference (``rel_err``).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import triton
 
 from .api import sparse_mla_attention
 from .formats import FP8_ROW_BYTES, quantize_fp8_ds_mla
+from .reference import sparse_mla_reference, sparse_mla_torch
 
 ROW_BYTES = {"bf16": 576 * 2, "fp8_ds_mla": FP8_ROW_BYTES}
 PRESETS = {
@@ -55,6 +59,8 @@ class Result:
     matmul_share: float
     floor_us: float
     extra: dict = field(default_factory=dict)
+    torch_us: float | None = None  # the plain-PyTorch baseline (reference.sparse_mla_torch)
+    rel_err: float | None = None  # first tokens of our output against the float64 reference
 
 
 def decode_workloads(heads, formats=("bf16", "fp8_ds_mla")):
@@ -157,18 +163,44 @@ def flashmla_fn(w: Workload, q, kv, idx, lengths, scale):
         indices=idx4, topk_length=lengths, use_legacy=legacy)
 
 
-def run_workload(w: Workload, caches: Caches, ceilings: dict, baseline=True) -> Result:
+def reference_error(q, kv, idx, lengths, scale, out, tokens=4) -> float:
+    """Relative error (norm) of ``out[:tokens]`` against the float64 reference, which reads only
+    the cache rows those tokens select (copied to the host), not the whole cache."""
+    t = min(tokens, q.shape[0])
+    sel = idx[:t].long()
+    valid = (sel >= 0) & (sel < kv.shape[0])
+    rows = kv[torch.where(valid, sel, 0).reshape(-1)]  # [t * K, C]
+    sub_idx = torch.arange(sel.numel(), device=sel.device).view(sel.shape)
+    sub_idx = torch.where(valid, sub_idx, -1).to(torch.int32)
+    ref, _ = sparse_mla_reference(q[:t], rows, sub_idx, scale,
+                                  topk_length=None if lengths is None else lengths[:t])
+    err = (out[:t].double().cpu() - ref).norm() / ref.norm().clamp_min(1e-300)
+    return err.item()
+
+
+def _time_or_none(label: str, w: Workload, fn):
+    try:
+        return time_us(fn)
+    except Exception as exc:  # noqa: BLE001 - report, keep benchmarking
+        print(f"  {label} failed on {w.name}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return None
+
+
+def run_workload(w: Workload, caches: Caches, ceilings: dict, baseline=True,
+                 torch_baseline=True) -> Result:
     q, kv, idx, lengths = make_inputs(w, caches)
     scale = 576 ** -0.5
     out = torch.empty(w.t, w.h, 512, device="cuda", dtype=torch.bfloat16)
     ours_us = time_us(lambda: sparse_mla_attention(q, kv, idx, scale, topk_length=lengths, out=out))
+    rel_err = reference_error(q, kv, idx, lengths, scale, out)
     fm_us = None
     fm = flashmla_fn(w, q, kv, idx, lengths, scale) if baseline else None
     if fm is not None:
-        try:
-            fm_us = time_us(fm)
-        except Exception as exc:  # noqa: BLE001 - report, keep benchmarking
-            print(f"  FlashMLA failed on {w.name}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        fm_us = _time_or_none("FlashMLA", w, fm)
+    torch_us = None
+    if torch_baseline:
+        torch_us = _time_or_none("PyTorch", w, lambda: sparse_mla_torch(q, kv, idx, scale,
+                                                                         topk_length=lengths))
     n_valid = int(lengths.sum()) if lengths is not None else w.t * w.k
     nbytes = n_valid * ROW_BYTES[w.fmt] + 2 * q.numel() * 2 + 2 * out.numel()
     flops = 2 * w.h * n_valid * (576 + 512)
@@ -177,7 +209,8 @@ def run_workload(w: Workload, caches: Caches, ceilings: dict, baseline=True) -> 
                   bytes=nbytes, flops=flops, gbps=nbytes / ours_us / 1e3,
                   tflops=flops / ours_us / 1e6,
                   copy_share=nbytes / ours_us / 1e3 / ceilings["copy_GBps"],
-                  matmul_share=flops / ours_us / 1e6 / ceilings["matmul_TFLOPs"], floor_us=floor_us)
+                  matmul_share=flops / ours_us / 1e6 / ceilings["matmul_TFLOPs"], floor_us=floor_us,
+                  torch_us=torch_us, rel_err=rel_err)
 
 
 def header() -> dict:
@@ -198,15 +231,17 @@ def header() -> dict:
 def format_row(r: Result) -> str:
     fm = f"{r.flashmla_us:9.1f}" if r.flashmla_us else "        -"
     ratio = f"{r.flashmla_us / r.ours_us:6.2f}" if r.flashmla_us else "     -"
-    return (f"{r.workload['name']:40} {r.ours_us:9.1f} {fm} {ratio} {r.floor_us:8.1f} "
-            f"{r.gbps:8.0f} {r.tflops:7.1f} {100 * r.copy_share:5.0f}% {100 * r.matmul_share:5.0f}%")
+    pt = f"{r.torch_us:9.1f}" if r.torch_us else "        -"
+    err = f"{r.rel_err:8.1e}" if r.rel_err is not None else "       -"
+    return (f"{r.workload['name']:40} {r.ours_us:9.1f} {fm} {ratio} {pt} {r.floor_us:8.1f} "
+            f"{r.gbps:8.0f} {r.tflops:7.1f} {100 * r.copy_share:5.0f}% {100 * r.matmul_share:5.0f}% {err}")
 
 
-TABLE_HEAD = (f"{'workload':40} {'ours us':>9} {'FlashMLA':>9} {'FM/us':>6} {'floor':>8} "
-              f"{'GB/s':>8} {'TFLOP/s':>7} {'copy%':>6} {'mm%':>6}")
+TABLE_HEAD = (f"{'workload':40} {'ours us':>9} {'FlashMLA':>9} {'FM/us':>6} {'torch us':>9} "
+              f"{'floor':>8} {'GB/s':>8} {'TFLOP/s':>7} {'copy%':>6} {'mm%':>6} {'rel err':>8}")
 
 
-def run_bench(workloads, json_path=None, plot_path=None, baseline=True) -> dict:
+def run_bench(workloads, json_path=None, plot_path=None, baseline=True, torch_baseline=True) -> dict:
     head = header()
     print(" ".join(f"{k}={v}" for k, v in head.items()), flush=True)
     ceilings = measure_ceilings()
@@ -216,7 +251,8 @@ def run_bench(workloads, json_path=None, plot_path=None, baseline=True) -> dict:
     record = {"header": head, "ceilings": ceilings, "results": []}
     for i, w in enumerate(workloads):
         print(f"[{i + 1}/{len(workloads)}] {w.name}", file=sys.stderr, flush=True)
-        record["results"].append(asdict(run_workload(w, caches, ceilings, baseline=baseline)))
+        record["results"].append(asdict(run_workload(w, caches, ceilings, baseline=baseline,
+                                                     torch_baseline=torch_baseline)))
         if json_path:  # after every workload, so an interrupted run keeps what it measured
             with open(json_path, "w") as f:
                 json.dump(record, f, indent=1)

@@ -42,7 +42,7 @@ def _cmd_bench(args) -> int:
     if args.phase in ("prefill", "all"):
         workloads += bench.prefill_workloads(heads, formats)
     bench.run_bench(workloads, json_path=args.json, plot_path=args.plot,
-                    baseline=not args.no_baseline)
+                    baseline=not args.no_baseline, torch_baseline=not args.no_torch)
     return 0
 
 
@@ -78,6 +78,7 @@ def main(argv=None) -> int:
     p.add_argument("--json", default="bench.json", help="where to write the full results")
     p.add_argument("--plot", default=None, help="also draw a roofline PNG here")
     p.add_argument("--no-baseline", action="store_true", help="skip FlashMLA")
+    p.add_argument("--no-torch", action="store_true", help="skip the plain-PyTorch baseline")
     sub.add_parser("compile-check", help="compile every configuration for sm80..sm120; check shared memory")
     sub.add_parser("vllm", help="show which attention backend vLLM would select here, and why")
     args = parser.parse_args(argv)

@@ -178,9 +178,11 @@ def reference_error(q, kv, idx, lengths, scale, out, tokens=4) -> float:
     return err.item()
 
 
-def _time_or_none(label: str, w: Workload, fn):
+def _or_none(label: str, w: Workload, fn):
+    """``fn()``, or None after reporting its failure (a baseline or check that fails on one
+    workload must not end the run)."""
     try:
-        return time_us(fn)
+        return fn()
     except Exception as exc:  # noqa: BLE001 - report, keep benchmarking
         print(f"  {label} failed on {w.name}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return None
@@ -192,15 +194,16 @@ def run_workload(w: Workload, caches: Caches, ceilings: dict, baseline=True,
     scale = 576 ** -0.5
     out = torch.empty(w.t, w.h, 512, device="cuda", dtype=torch.bfloat16)
     ours_us = time_us(lambda: sparse_mla_attention(q, kv, idx, scale, topk_length=lengths, out=out))
-    rel_err = reference_error(q, kv, idx, lengths, scale, out)
+    rel_err = _or_none("the reference check", w,
+                       lambda: reference_error(q, kv, idx, lengths, scale, out))
     fm_us = None
     fm = flashmla_fn(w, q, kv, idx, lengths, scale) if baseline else None
     if fm is not None:
-        fm_us = _time_or_none("FlashMLA", w, fm)
+        fm_us = _or_none("FlashMLA", w, lambda: time_us(fm))
     torch_us = None
     if torch_baseline:
-        torch_us = _time_or_none("PyTorch", w, lambda: sparse_mla_torch(q, kv, idx, scale,
-                                                                         topk_length=lengths))
+        torch_us = _or_none("PyTorch", w, lambda: time_us(
+            lambda: sparse_mla_torch(q, kv, idx, scale, topk_length=lengths)))
     n_valid = int(lengths.sum()) if lengths is not None else w.t * w.k
     nbytes = n_valid * ROW_BYTES[w.fmt] + 2 * q.numel() * 2 + 2 * out.numel()
     flops = 2 * w.h * n_valid * (576 + 512)

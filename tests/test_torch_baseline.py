@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from problems import assert_close, make_problem
-from triton_sparse_mla.reference import sparse_mla_reference, sparse_mla_torch
+from triton_sparse_mla.reference import sparse_mla_reference
+from triton_sparse_mla.torch_baseline import sparse_mla_torch
 
 
 @pytest.mark.parametrize("p", [

@@ -21,7 +21,8 @@ import triton
 
 from .api import sparse_mla_attention
 from .formats import FP8_ROW_BYTES, quantize_fp8_ds_mla
-from .reference import sparse_mla_reference, sparse_mla_torch
+from .reference import sparse_mla_reference, valid_entries
+from .torch_baseline import sparse_mla_torch
 
 ROW_BYTES = {"bf16": 576 * 2, "fp8_ds_mla": FP8_ROW_BYTES}
 PRESETS = {
@@ -59,7 +60,7 @@ class Result:
     matmul_share: float
     floor_us: float
     extra: dict = field(default_factory=dict)
-    torch_us: float | None = None  # the plain-PyTorch baseline (reference.sparse_mla_torch)
+    torch_us: float | None = None  # the plain-PyTorch baseline (torch_baseline.sparse_mla_torch)
     rel_err: float | None = None  # first tokens of our output against the float64 reference
 
 
@@ -168,7 +169,7 @@ def reference_error(q, kv, idx, lengths, scale, out, tokens=4) -> float:
     the cache rows those tokens select (copied to the host), not the whole cache."""
     t = min(tokens, q.shape[0])
     sel = idx[:t].long()
-    valid = (sel >= 0) & (sel < kv.shape[0])
+    valid = valid_entries(sel, kv.shape[0])
     rows = kv[torch.where(valid, sel, 0).reshape(-1)]  # [t * K, C]
     sub_idx = torch.arange(sel.numel(), device=sel.device).view(sel.shape)
     sub_idx = torch.where(valid, sub_idx, -1).to(torch.int32)

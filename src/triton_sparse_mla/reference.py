@@ -17,7 +17,17 @@ from __future__ import annotations
 
 import torch
 
-from .formats import D_V, dequantize_fp8_ds_mla, row_format, row_values
+from .formats import D_V, row_values
+
+
+def valid_entries(indices: torch.Tensor, n_rows: int, topk_length=None) -> torch.Tensor:
+    """``[T, K]`` bool: which entries of ``indices`` count (in ``[0, n_rows)`` and, with
+    ``topk_length``, at a position below the token's length)."""
+    valid = (indices >= 0) & (indices < n_rows)
+    if topk_length is not None:
+        pos = torch.arange(indices.shape[1], device=indices.device)[None, :]
+        valid &= pos < topk_length.long()[:, None]
+    return valid
 
 
 def _as_query(q) -> torch.Tensor:
@@ -49,13 +59,9 @@ def sparse_mla_reference(q, kv, indices, sm_scale, *, topk_length=None, attn_sin
     n_rows = vals.shape[0]
     idx = indices.cpu().long()
     t_count, h_count, d_qk = qd.shape
-    k_width = idx.shape[1]
     if vals.shape[1] != d_qk:
         raise ValueError(f"q is {d_qk} wide but kv rows hold {vals.shape[1]} values")
-    valid = (idx >= 0) & (idx < n_rows)
-    if topk_length is not None:
-        pos = torch.arange(k_width)[None, :]
-        valid &= pos < topk_length.cpu().long()[:, None]
+    valid = valid_entries(idx, n_rows, None if topk_length is None else topk_length.cpu())
     out = torch.zeros(t_count, h_count, D_V, dtype=torch.float64)
     lse = torch.full((t_count, h_count), float("-inf"), dtype=torch.float64)
     for t in range(t_count):
@@ -73,47 +79,3 @@ def sparse_mla_reference(q, kv, indices, sm_scale, *, topk_length=None, attn_sin
         out = out * factor[:, :, None]
     return out, lse
 
-
-def sparse_mla_torch(q, kv, indices, sm_scale, *, topk_length=None, attn_sink=None,
-                     dtype=torch.float32, chunk_tokens=512):
-    """The same attention in plain PyTorch on the inputs' device: the baseline a user without
-    custom kernels would run (``triton-sparse-mla bench`` times it), not the specification.
-
-    Gathers the selected rows (dequantizing fp8_ds_mla rows after the gather), then computes
-    scores, softmax and output with batched matmuls in ``dtype``, ``chunk_tokens`` query
-    tokens at a time to bound the gathered ``[chunk, K, D_QK]`` buffer. Same arguments and
-    conventions as :func:`sparse_mla_reference`; returns ``(out [T, H, 512], lse [T, H])`` in
-    ``dtype`` on the inputs' device.
-    """
-    qd = torch.cat([q[0], q[1]], dim=-1) if isinstance(q, (tuple, list)) else q
-    if kv.dim() == 3:
-        kv = kv[:, 0]
-    if indices.dim() == 3:
-        indices = indices[:, 0]
-    fp8 = row_format(kv) == "fp8_ds_mla"
-    t_count, h_count, d_qk = qd.shape
-    n_rows, k_width = kv.shape[0], indices.shape[1]
-    out = torch.zeros(t_count, h_count, D_V, dtype=dtype, device=qd.device)
-    lse = torch.full((t_count, h_count), float("-inf"), dtype=dtype, device=qd.device)
-    for t0 in range(0, t_count, chunk_tokens):
-        t1 = min(t0 + chunk_tokens, t_count)
-        idx = indices[t0:t1].long()
-        valid = (idx >= 0) & (idx < n_rows)
-        if topk_length is not None:
-            pos = torch.arange(k_width, device=idx.device)[None, :]
-            valid &= pos < topk_length[t0:t1].long()[:, None]
-        rows = kv[torch.where(valid, idx, 0).reshape(-1)]  # [chunk * K, C]
-        vals = (dequantize_fp8_ds_mla(rows) if fp8 else rows).to(dtype).view(t1 - t0, k_width, d_qk)
-        # invalid entries gathered row 0, whatever it holds: zero them (0 * NaN would be NaN)
-        vals = vals.masked_fill(~valid[..., None], 0.0)
-        s = torch.bmm(qd[t0:t1].to(dtype), vals.transpose(1, 2)) * float(sm_scale)  # [chunk, H, K]
-        s = s.masked_fill(~valid[:, None, :], float("-inf"))
-        c_lse = torch.logsumexp(s, dim=-1)  # -inf where a token has no valid entry
-        p = torch.exp(s - torch.where(torch.isneginf(c_lse), 0.0, c_lse)[..., None])
-        out[t0:t1] = torch.bmm(p, vals[..., :D_V])
-        lse[t0:t1] = c_lse
-    if attn_sink is not None:
-        sink = attn_sink.to(dtype)[None, :]
-        factor = torch.where(torch.isneginf(lse), torch.zeros_like(lse), torch.sigmoid(lse - sink))
-        out = out * factor[:, :, None]
-    return out, lse

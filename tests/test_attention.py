@@ -89,15 +89,16 @@ def test_every_shipped_config(kind, tile, device):
 def test_probabilities_through_scratch(kind, device):
     """A 64-head tile whose probabilities reach the PV dots through the per-SM scratch slot
     (``exchange_p``) matches the reference, split and not."""
-    _check_tile(kind, configs.TileConfig(64, 64, 8, 2, exchange_p=True), device)
+    _check_tile(kind, configs.TileConfig(64, 64, 8, 2, exchange_p=True, prefetch_idx=False), device)
 
 
 @pytest.mark.parametrize("kind", ["plain", "fp8"])
-def test_row_ids_loaded_a_step_ahead(kind, device):
-    """A tile that loads the next tile's row ids a step ahead (``prefetch_idx``) matches the
-    reference, split and not: slices that end inside a tile (lengths) and at its edge (split
-    boundaries)."""
-    _check_tile(kind, configs.TileConfig(16, 32, 4, 3, prefetch_idx=True), device)
+@pytest.mark.parametrize("prefetch", [False, True])
+def test_row_ids_loaded_a_step_ahead_or_not(kind, prefetch, device):
+    """A 3-stage tile with and without loading the next tile's row ids a step ahead
+    (``prefetch_idx``) matches the reference, split and not: slices that end inside a tile
+    (lengths) and at its edge (split boundaries)."""
+    _check_tile(kind, configs.TileConfig(16, 32, 4, 3, prefetch_idx=prefetch), device)
 
 
 def _check_tile(kind, tile, device):

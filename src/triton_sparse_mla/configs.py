@@ -34,7 +34,12 @@ class TileConfig:
     num_warps: int
     num_stages: int
     exchange_p: bool = False
-    prefetch_idx: bool = False  # load each tile's row ids a step ahead
+    # Load each tile's row ids a step ahead (kernels/attention.py). On by default: every 2-stage
+    # tile timed with it won, 1.01-1.14x (sm90 tiles, and the sm86 tiles at SM120's residency,
+    # H200, 2026-12-01, sweep.py --prefetch and residency.py --prefetch, BENCHMARKS.md
+    # "prefetch_idx"), and it leaves each 2-stage tile's shared memory unchanged on every
+    # family (compiled by Triton 3.6). Off where a tile measured slower with it.
+    prefetch_idx: bool = True
 
 
 @dataclass(frozen=True)
@@ -76,15 +81,17 @@ C = TileConfig
 # The 64-head tile with exchange_p: 1.07-1.18x over the same tile without, in every decode
 # (T=32-512) and prefill (T=4096) workload of 64 and 128 heads, bf16 and fp8_ds_mla (H200,
 # 2026-12-01, sweep.py --exchange, BENCHMARKS.md "exchange_p"). sm90 only: Triton 3.6 does not
-# compile it for sm100. prefetch_idx (row ids loaded a step ahead) on it and on the 16-head
-# fp8 decode tile: 1.02-1.07x and 1.13x (sweep.py --prefetch, same day); the 16-head bf16 tile
-# is 3% slower with it (its shared memory grows to 164 KB, one program per SM).
-_EX64 = C(64, 64, 8, 2, exchange_p=True, prefetch_idx=True)
+# compile it for sm100. prefetch_idx (row ids loaded a step ahead; TileConfig): 1.02-1.07x on
+# the 64-head tile, 1.13x on the 16-head fp8 decode tile, 1.05-1.14x on the 32-head and 16-head
+# prefill tiles; the 3-stage 16-head bf16 decode tile is 3% slower with it (its shared memory
+# grows from 93 to 164 KB, one program per SM), so it runs without.
+_EX64 = C(64, 64, 8, 2, exchange_p=True)
 _SM90 = {
     ("latency", "plain"): ((_ANY, C(16, 64, 4, 2)),),
     ("latency", "fp8"): ((16, C(16, 32, 4, 2)), (_ANY, C(16, 64, 8, 2))),
-    ("decode", "plain"): ((16, C(16, 64, 4, 3)), (32, C(32, 64, 4, 2)), (_ANY, _EX64)),
-    ("decode", "fp8"): ((16, C(16, 32, 4, 3, prefetch_idx=True)), (32, C(32, 32, 4, 2)), (_ANY, _EX64)),
+    ("decode", "plain"): ((16, C(16, 64, 4, 3, prefetch_idx=False)), (32, C(32, 64, 4, 2)),
+                          (_ANY, _EX64)),
+    ("decode", "fp8"): ((16, C(16, 32, 4, 3)), (32, C(32, 32, 4, 2)), (_ANY, _EX64)),
     ("prefill", "plain"): ((16, C(16, 64, 4, 2)), (32, C(32, 64, 4, 2)), (_ANY, _EX64)),
     ("prefill", "fp8"): ((16, C(16, 32, 4, 2)), (32, C(32, 32, 4, 2)), (_ANY, _EX64)),
 }

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One self-contained call on the GPU machine: install, test, sanitize, sweep, benchmark.
 # Usage (on the device, from the repo root): bash benchmarks/device_run.sh [steps...]
-# Steps: tests sanitizer sweep fp8sweep splits fp8choice residency residency-prefetch ncu exchange latency prefetch bench prefill (default: tests sanitizer sweep bench
-# prefill). Logs and JSON go to $OUT.
+# Steps: tests sanitizer sweep fp8sweep splits fp8choice residency residency-toggle ncu exchange latency toggle bench prefill (default: tests sanitizer sweep bench
+# prefill). toggle and residency-toggle time a boolean TileConfig field off and on, named by
+# $TOGGLE (e.g. TOGGLE=prefetch_idx). Logs and JSON go to $OUT.
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -24,7 +25,7 @@ for s in $steps; do
     splits) timeout 200 python3 benchmarks/sweep.py "$OUT/sweep-splits.json" --splits 2>&1 | tee "$OUT/sweep-splits.log" | grep SPLIT ;;
     fp8choice) timeout 240 python3 benchmarks/fp8_prefill_choice.py "$OUT/fp8-prefill-choice.json" 2>&1 | tee "$OUT/fp8-prefill-choice.log" | grep CHOICE ;;
     residency) timeout 300 python3 benchmarks/residency.py "$OUT/residency.json" 2>&1 | tee "$OUT/residency.log" | grep RES ;;
-    residency-prefetch) timeout 300 python3 benchmarks/residency.py "$OUT/residency-prefetch.json" --prefetch 2>&1 | tee "$OUT/residency-prefetch.log" | grep RES ;;
+    residency-toggle) timeout 300 python3 benchmarks/residency.py "$OUT/residency-toggle.json" --toggle "$TOGGLE" 2>&1 | tee "$OUT/residency-toggle.log" | grep RES ;;
     ncu) timeout 300 ncu --clock-control none --profile-from-start off --kernel-name regex:sparse_mla_fwd \
            --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
            --section SchedulerStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
@@ -33,7 +34,7 @@ for s in $steps; do
          ncu --import "$OUT/prof.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip > "$OUT/ncu-source.csv.gz" ;;
     exchange) timeout 300 python3 benchmarks/sweep.py "$OUT/sweep-exchange.json" --exchange 2>&1 | tee "$OUT/sweep-exchange.log" | grep EXCH ;;
     latency) timeout 300 python3 benchmarks/sweep.py "$OUT/sweep-latency.json" --latency 2>&1 | tee "$OUT/sweep-latency.log" | grep LAT ;;
-    prefetch) timeout 300 python3 benchmarks/sweep.py "$OUT/sweep-prefetch.json" --prefetch 2>&1 | tee "$OUT/sweep-prefetch.log" | grep PF ;;
+    toggle) timeout 420 python3 benchmarks/sweep.py "$OUT/sweep-toggle.json" --toggle "$TOGGLE" 2>&1 | tee "$OUT/sweep-toggle.log" | grep TOGGLE ;;
     fp8sweep) timeout 330 python3 benchmarks/sweep.py "$OUT/sweep-fp8.json" --fp8 2>&1 | tee "$OUT/sweep-fp8.log" | grep FP8 ;;
     bench) timeout 420 python3 -m triton_sparse_mla.cli bench --phase decode --json "$OUT/bench-decode.json" 2> "$OUT/bench-decode.err" | tee "$OUT/bench-decode.log" ;;
     prefill) timeout 420 python3 -m triton_sparse_mla.cli bench --phase prefill --preset all --json "$OUT/bench-prefill.json" 2> "$OUT/bench-prefill.err" | tee "$OUT/bench-prefill.log" ;;

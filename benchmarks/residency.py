@@ -8,8 +8,9 @@ the H200 kernel with its dynamic shared memory padded so that the H200 also fits
 Absolute times are the H200's (its bandwidth and SM count); the ranking between tiles at equal
 residency is what carries over. Prints a table and writes JSON.
 
-Usage: python benchmarks/residency.py OUT.json [--prefetch]
-(--prefetch: the shipped sm86 tiles with and without ``prefetch_idx``, under the shipped
+Usage: python benchmarks/residency.py OUT.json [--toggle FIELD]
+(--toggle FIELD: the shipped sm86 tiles with a boolean ``TileConfig`` field off and on, e.g.
+``prefetch_idx`` (run 34's "--prefetch"), under the shipped
 one-program-per-SM split rule.)
 
 Padding: Triton launches a compiled kernel with ``packed_metadata = (num_warps, num_ctas,
@@ -61,14 +62,14 @@ def pad_to(kernel, shared):
     kernel.packed_metadata = (warps, ctas, shared)
 
 
-def main(path, prefetch=False):
+def main(path, toggle=None):
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     caches = Caches()
     records = []
     candidates = CANDIDATES
     rules = (2, 1)  # the split rule's residency assumption (PROGRAMS_PER_SM)
-    if prefetch:
-        candidates = {fmt: [tiles[0], dataclasses.replace(tiles[0], prefetch_idx=True)]
+    if toggle:
+        candidates = {fmt: [dataclasses.replace(tiles[0], **{toggle: on}) for on in (False, True)]
                       for fmt, tiles in CANDIDATES.items()}
         rules = (configs.PROGRAMS_PER_SM["sm86"],)
     for w in WORKLOADS:
@@ -103,4 +104,4 @@ def main(path, prefetch=False):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], prefetch="--prefetch" in sys.argv)
+    main(sys.argv[1], toggle=sys.argv[sys.argv.index("--toggle") + 1] if "--toggle" in sys.argv else None)

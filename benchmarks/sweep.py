@@ -3,11 +3,12 @@
 Prints per workload every candidate's median time (CUDA-graph replay) and the compiled
 kernel's registers, spills and shared memory; writes JSON. The winners go into configs.py
 with a note of the run. Usage: python benchmarks/sweep.py OUT.json
-[--fp8 | --splits | --exchange | --latency | --prefetch]
+[--fp8 | --splits | --exchange | --latency | --toggle FIELD]
 (--fp8: fp8 conversion variants, pinned or not; --splits: the shipped plan under several
 split rules; --exchange: 64-head tiles with and without the probabilities through scratch, and
-the latency tiles for 64+ heads; --latency: where the latency phase should end; --prefetch:
-tiles with and without the row ids loaded a step ahead).
+the latency tiles for 64+ heads; --latency: where the latency phase should end; --toggle FIELD:
+each workload's shipped tile with a boolean TileConfig field off and on, e.g. prefetch_idx
+(run 32's "--prefetch" was this for prefetch_idx).
 """
 
 import dataclasses
@@ -94,8 +95,8 @@ def main(path):
         return main_exchange(path)
     if "--latency" in sys.argv:
         return main_latency(path)
-    if "--prefetch" in sys.argv:
-        return main_prefetch(path)
+    if "--toggle" in sys.argv:
+        return main_toggle(path, sys.argv[sys.argv.index("--toggle") + 1])
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     caches = Caches()
     records = []
@@ -255,42 +256,45 @@ def main_latency(path):
         json.dump(records, f, indent=1)
 
 
-PREFETCH_CASES = [
-    (Workload("decode", 128, 64, "bf16"), T(64, 64, 8, 2, exchange_p=True)),
-    (Workload("decode", 128, 128, "fp8_ds_mla"), T(64, 64, 8, 2, exchange_p=True)),
-    (Workload("decode", 128, 64, "fp8_ds_mla"), T(64, 64, 8, 2, exchange_p=True)),
-    (Workload("prefill", 4096, 64, "bf16", n_rows=32768), T(64, 64, 8, 2, exchange_p=True)),
-    (Workload("decode", 128, 16, "fp8_ds_mla"), T(16, 32, 4, 3)),
-    (Workload("decode", 128, 8, "fp8_ds_mla"), T(16, 32, 4, 3)),
-    (Workload("decode", 128, 16, "bf16"), T(16, 64, 4, 3)),
-    (Workload("decode", 32, 128, "bf16"), T(64, 64, 8, 2, exchange_p=True)),
-    # sm90 2-stage tiles not yet timed with it (their shared memory does not change with it)
-    (Workload("decode", 128, 32, "bf16"), T(32, 64, 4, 2)),
-    (Workload("decode", 128, 32, "fp8_ds_mla"), T(32, 32, 4, 2)),
-    (Workload("decode", 4, 16, "bf16"), T(16, 64, 4, 2)),
-    (Workload("decode", 4, 16, "fp8_ds_mla"), T(16, 32, 4, 2)),
-    (Workload("prefill", 4096, 16, "bf16", n_rows=32768), T(16, 64, 4, 2)),
-    (Workload("prefill", 4096, 16, "fp8_ds_mla", n_rows=32768), T(16, 32, 4, 2)),
-    (Workload("prefill", 4096, 32, "bf16", n_rows=32768), T(32, 64, 4, 2)),
+# Workloads for --toggle: each runs the tile the shipped sm90 plan gives it.
+TOGGLE_WORKLOADS = [
+    Workload("decode", 128, 64, "bf16"), Workload("decode", 128, 64, "fp8_ds_mla"),
+    Workload("decode", 128, 128, "bf16"), Workload("decode", 128, 128, "fp8_ds_mla"),
+    Workload("decode", 32, 128, "bf16"),
+    Workload("prefill", 4096, 64, "bf16", n_rows=32768),
+    Workload("prefill", 4096, 128, "bf16", n_rows=32768),
+    Workload("decode", 128, 8, "fp8_ds_mla"), Workload("decode", 128, 16, "fp8_ds_mla"),
+    Workload("decode", 128, 16, "bf16"), Workload("decode", 512, 16, "fp8_ds_mla"),
+    Workload("decode", 128, 32, "bf16"), Workload("decode", 128, 32, "fp8_ds_mla"),
+    Workload("decode", 4, 16, "bf16"), Workload("decode", 4, 16, "fp8_ds_mla"),
+    Workload("prefill", 4096, 16, "bf16", n_rows=32768),
+    Workload("prefill", 4096, 16, "fp8_ds_mla", n_rows=32768),
+    Workload("prefill", 4096, 32, "bf16", n_rows=32768),
 ]
 
 
-def main_prefetch(path):
-    """Shipped tiles with and without ``prefetch_idx`` (row ids loaded a step ahead)."""
+def main_toggle(path, field):
+    """Each workload's shipped sm90 tile with the boolean ``TileConfig`` field off and on,
+    alternating, twice each; every output is compared with the first variant's."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     caches = Caches()
     records = []
-    for w, tile in PREFETCH_CASES:
+    for w in TOGGLE_WORKLOADS:
         inputs = make_inputs(w, caches)
         fp8 = w.fmt == "fp8_ds_mla"
-        for pf in (False, True, False, True):
-            t = dataclasses.replace(tile, prefetch_idx=pf)
+        tile = configs.plan_launch("sm90", sms, 1, t_count=w.t, h_count=w.h, topk=2048, fp8=fp8).tile
+        first = None
+        for on in (False, True, False, True):
+            t = dataclasses.replace(tile, **{field: on})
             out = torch.empty(w.t, w.h, 512, device="cuda", dtype=torch.bfloat16)
             splits, us, meta = time_plan(inputs, out, t, 1, fp8, sms,
                                          pin=configs.pin_fp8_conversion("sm90", t.block_h))
-            records.append(dict(workload=w.name, tile=str(t), splits=splits, us=us, **meta))
-            print(f"PF {w.name:38} {t.block_h}x{t.block_n} s{t.num_stages} prefetch={int(pf)} "
-                  f"splits={splits:3d} {us:9.1f} us {meta}", flush=True)
+            first = out.float() if first is None else first
+            diff = ((out.float() - first).norm() / first.norm()).item()
+            records.append(dict(workload=w.name, tile=str(t), field=field, on=on, splits=splits,
+                                us=us, rel_diff=diff, **meta))
+            print(f"TOGGLE {w.name:38} {t.block_h}x{t.block_n} s{t.num_stages} ex={int(t.exchange_p)} "
+                  f"{field}={int(on)} splits={splits:3d} {us:9.1f} us diff={diff:.1e} {meta}", flush=True)
     with open(path, "w") as f:
         json.dump(records, f, indent=1)
 

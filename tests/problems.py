@@ -28,10 +28,13 @@ class Problem:
 
 def make_problem(*, t, h, k, n, fmt="bf16", dtype=torch.bfloat16, d_qk=576, seed=0,
                  invalid_frac=0.1, topk_length=None, sink=False, q_tuple=False,
-                 scale_style="amax", device="cpu") -> Problem:
+                 scale_style="amax", rising=False, device="cpu") -> Problem:
     """A seeded problem whose every input is non-contiguous and whose unselected rows are NaN.
 
-    ``topk_length``: None, "partial" (random lengths in [0, K]) or "zero".
+    ``topk_length``: None, "partial" (random lengths in [0, K]) or "zero". ``rising``: the rope
+    columns of row i are scaled by ``1 + 30 i / N`` and each token's row ids are sorted, so
+    scores grow along the top-k axis and a running max rises by more than 8 (base 2) after the
+    first tile (rope columns stay bf16 in fp8_ds_mla rows, so the scores stay accurate).
     """
     g = torch.Generator().manual_seed(seed)
     # q is head-major in memory (as vLLM hands it) and padded per token: never contiguous.
@@ -41,6 +44,9 @@ def make_problem(*, t, h, k, n, fmt="bf16", dtype=torch.bfloat16, d_qk=576, seed
 
     # Indices: random rows (repeats allowed), invalid entries from the menu anywhere.
     idx = torch.randint(0, n, (t, k), generator=g)
+    if rising:
+        rows[:, 512:] *= 1.0 + 30.0 * torch.arange(n, dtype=torch.float32)[:, None] / n
+        idx = idx.sort(dim=1).values
     n_bad = int(invalid_frac * k)
     for ti in range(t):
         pos = torch.randperm(k, generator=g)[:n_bad]

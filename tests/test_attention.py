@@ -32,6 +32,8 @@ CASES = [
     case(3, 8, 100, 300, "fp16", torch.float16, d_qk=512, q_tuple=True),
     case(4, 16, 64, 300, topk_length="zero", sink=True),
     case(2, 16, 64, 300, invalid_frac=1.0),
+    case(3, 16, 100, 300, topk_length="partial", rising=True),
+    case(3, 64, 100, 300, "fp8_ds_mla", rising=True),
 ]
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import statistics
 import sys
 from dataclasses import asdict, dataclass, field
 
@@ -79,10 +80,26 @@ def prefill_workloads(heads, formats=("bf16", "fp8_ds_mla"), tokens=(4096, 16384
             for fmt in formats for n in (32768, 1 << 20) for h in heads for t in tokens]
 
 
-def time_us(fn) -> float:
-    """Median of CUDA-graph replays (falls back to eager events if capture fails)."""
+SLOW_MS = 100.0  # calls slower than this are timed eagerly, three times (only the PyTorch
+# baseline on prefill workloads, 66-600 ms on the H200; our kernels and FlashMLA stay below 40 ms)
+
+
+def _eager_ms(fn) -> float:
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
     fn()
-    torch.cuda.synchronize()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)
+
+
+def time_us(fn) -> float:
+    """Median of CUDA-graph replays (falls back to eager events if capture fails). A call slower
+    than ``SLOW_MS`` (the PyTorch baseline on prefill workloads takes up to a second) is timed
+    as the median of three eager calls instead."""
+    fn()  # compiles and warms up
+    if _eager_ms(fn) > SLOW_MS:
+        return statistics.median(_eager_ms(fn) for _ in range(3)) * 1e3
     try:
         return triton.testing.do_bench_cudagraph(fn, rep=100, return_mode="median") * 1e3
     except Exception:  # noqa: BLE001 - an op that cannot be captured is still timed eagerly

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One self-contained call on the GPU machine: install, test, sanitize, sweep, benchmark.
 # Usage (on the device, from the repo root): bash benchmarks/device_run.sh [steps...]
-# Steps: tests sanitizer sweep fp8sweep splits fp8choice residency residency-toggle ncu exchange latency toggle bench prefill (default: tests sanitizer sweep bench
+# Steps: tests sanitizer sweep fp8sweep splits fp8choice residency residency-toggle ncu exchange wide latency toggle bench prefill (default: tests sanitizer sweep bench
 # prefill). toggle and residency-toggle time a boolean TileConfig field off and on, named by
 # $TOGGLE (e.g. TOGGLE=prefetch_idx). Logs and JSON go to $OUT.
 set -u
@@ -32,6 +32,7 @@ for s in $steps; do
            --section InstructionStats --section SourceCounters -f -o "$OUT/prof" python3 benchmarks/profile.py ${PROFILE_WORKLOADS:-} 2>&1 | tail -5
          ncu --import "$OUT/prof.ncu-rep" --page details --csv > "$OUT/ncu-details.csv" 2>&1; grep -c . "$OUT/ncu-details.csv"
          ncu --import "$OUT/prof.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip > "$OUT/ncu-source.csv.gz" ;;
+    wide) timeout 240 python3 benchmarks/sweep.py "$OUT/sweep-wide.json" --wide 2>&1 | tee "$OUT/sweep-wide.log" | grep EXCH ;;
     exchange) timeout 300 python3 benchmarks/sweep.py "$OUT/sweep-exchange.json" --exchange 2>&1 | tee "$OUT/sweep-exchange.log" | grep EXCH ;;
     latency) timeout 300 python3 benchmarks/sweep.py "$OUT/sweep-latency.json" --latency 2>&1 | tee "$OUT/sweep-latency.log" | grep LAT ;;
     toggle) timeout 420 python3 benchmarks/sweep.py "$OUT/sweep-toggle.json" --toggle "$TOGGLE" 2>&1 | tee "$OUT/sweep-toggle.log" | grep TOGGLE ;;

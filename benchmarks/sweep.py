@@ -3,10 +3,10 @@
 Prints per workload every candidate's median time (CUDA-graph replay) and the compiled
 kernel's registers, spills and shared memory; writes JSON. The winners go into configs.py
 with a note of the run. Usage: python benchmarks/sweep.py OUT.json
-[--fp8 | --splits | --exchange | --latency | --toggle FIELD]
+[--fp8 | --splits | --exchange | --wide | --latency | --toggle FIELD]
 (--fp8: fp8 conversion variants, pinned or not; --splits: the shipped plan under several
 split rules; --exchange: 64-head tiles with and without the probabilities through scratch, and
-the latency tiles for 64+ heads; --latency: where the latency phase should end; --toggle FIELD:
+the latency tiles for 64+ heads; --wide: 16-warp exchange tiles; --latency: where the latency phase should end; --toggle FIELD:
 each workload's shipped tile with a boolean TileConfig field off and on, e.g. prefetch_idx
 (run 32's "--prefetch" was this for prefetch_idx).
 """
@@ -93,6 +93,8 @@ def main(path):
         return main_splits(path)
     if "--exchange" in sys.argv:
         return main_exchange(path)
+    if "--wide" in sys.argv:
+        return main_exchange(path, WIDE_WORKLOADS, WIDE_TILES)
     if "--latency" in sys.argv:
         return main_latency(path)
     if "--toggle" in sys.argv:
@@ -199,18 +201,27 @@ EXCHANGE_TILES = [T(64, 64, 8, 2), T(64, 64, 8, 2, exchange_p=True), T(64, 32, 8
 LATENCY_TILES = [T(16, 64, 4, 2), T(16, 64, 8, 2), T(16, 32, 4, 2)]
 
 
-def main_exchange(path):
+# 64-head exchange tiles with four warpgroups (16 warps): each computes a quarter of the score
+# tile and of each output tile; 128 registers per thread, and at 32 rows a third stage fits
+# (185 KB, compiled by Triton 3.6). Against the shipped 8-warp tile.
+WIDE_WORKLOADS = [Workload("decode", 128, 64, "bf16"), Workload("prefill", 4096, 64, "bf16", n_rows=32768),
+                  Workload("decode", 128, 64, "fp8_ds_mla")]
+WIDE_TILES = [T(64, 64, 8, 2, exchange_p=True), T(64, 64, 16, 2, exchange_p=True),
+              T(64, 32, 16, 3, exchange_p=True)]
+
+
+def main_exchange(path, workloads=None, tiles=None):
     """64-head tiles with and without ``exchange_p`` (kernels/attention.py), and the latency
     tiles at T <= 8, each under the shipped split rule; every output is compared with the
     first tile's."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     caches = Caches()
     records = []
-    for w in EXCHANGE_WORKLOADS:
+    for w in workloads or EXCHANGE_WORKLOADS:
         inputs = make_inputs(w, caches)
         fp8 = w.fmt == "fp8_ds_mla"
         first = None
-        for tile in EXCHANGE_TILES + (LATENCY_TILES if w.t <= configs.LATENCY_MAX_TOKENS else []):
+        for tile in (tiles or EXCHANGE_TILES + (LATENCY_TILES if w.t <= configs.LATENCY_MAX_TOKENS else [])):
             out = torch.empty(w.t, w.h, 512, device="cuda", dtype=torch.bfloat16)
             pin = configs.pin_fp8_conversion("sm90", tile.block_h)
             splits, us, meta = time_plan(inputs, out, tile, 1, fp8, sms, pin=pin)

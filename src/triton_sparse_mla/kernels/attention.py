@@ -208,13 +208,13 @@ def launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_
     dtype = torch.float16 if q_nope.dtype == torch.float16 else torch.bfloat16
     scratch_p = scratch_alpha = None
     if exchange_p:
-        # The scratch slot is the SM's. A program whose accumulator alone takes 128 or more
-        # registers per thread holds over half of the 64K registers an SM has (every
-        # architecture from SM80 to SM120), so no other program of this kernel, from this
+        # The scratch slot is the SM's. A program whose fp32 accumulators alone fill half of
+        # the 64K registers an SM has (every architecture from SM80 to SM120) holds over half
+        # of them, whatever its warp count, so no other program of this kernel, from this
         # launch or another, can share its SM.
-        if block_h * D_NOPE // (num_warps * 32) < 128:
-            raise ValueError(f"exchange_p: the tile must hold 128 accumulator values per thread "
-                             f"to own its SM, got block_h={block_h}, num_warps={num_warps}")
+        if block_h * D_NOPE < 32768:
+            raise ValueError(f"exchange_p: the tile must hold 32768 accumulator values (64 heads) "
+                             f"to own its SM, got block_h={block_h}")
         sm_ids = 1 if interpret else sm_id_count(out.device.index)
         # First call inside a graph capture (the SM-id query cannot run there): the same tile
         # without the exchange, same results up to rounding.

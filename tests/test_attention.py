@@ -94,6 +94,18 @@ def test_probabilities_through_scratch(kind, device):
     _check_tile(kind, configs.TileConfig(64, 64, 8, 2, exchange_p=True, prefetch_idx=False), device)
 
 
+def test_exchange_tile_must_own_its_sm(device):
+    """The scratch slot is per SM, so a tile too small to own its SM is refused by name."""
+    prob = make_problem(t=2, h=32, k=64, n=200, device=device)
+    q_nope, q_pe = api._split_query(prob.q)
+    out = torch.empty(2, 32, 512, dtype=torch.bfloat16, device=device)
+    plan = configs.LaunchPlan(tile=configs.TileConfig(32, 32, 4, 2, exchange_p=True), splits=1,
+                              fp8_cvt=0)
+    with pytest.raises(ValueError, match="exchange_p.*block_h=32"):
+        api._run(q_nope, q_pe, prob.kv, prob.indices, None, None, prob.sm_scale, out, None,
+                 family=None, sm_count=1, fp8_cvt=0, fp8=False, plan=plan)
+
+
 @pytest.mark.parametrize("kind", ["plain", "fp8"])
 @pytest.mark.parametrize("prefetch", [False, True])
 def test_row_ids_loaded_a_step_ahead_or_not(kind, prefetch, device):

@@ -189,6 +189,29 @@ def sm_id_count(device_index: int) -> int | None:
 _SM_ID_COUNT: dict[int, int] = {}
 
 
+def exchange_scratch(device, dtype, block_h, block_n, sm_ids):
+    """The scratch slots of an ``exchange_p`` launch: two buffers per SM id, each a
+    ``[block_h, block_n]`` probability tile (``dtype``) and ``block_h`` fp32 rescale factors.
+
+    Allocated once per device, dtype and tile shape and kept (about 2 MB on an H200): every
+    launch may share them, since a program that uses its SM's slot owns that SM while it
+    runs, and no step reads a slot before its program wrote it. Inside a CUDA-graph capture a
+    shape not seen before gets buffers of its own from the graph's pool, as any tensor would.
+    """
+    key = (str(device), dtype, block_h, block_n)
+    if key in _SCRATCH:
+        return _SCRATCH[key]
+    slots = 2 * sm_ids
+    bufs = (torch.empty(slots * block_h * block_n, dtype=dtype, device=device),
+            torch.empty(slots * block_h, dtype=torch.float32, device=device))
+    if not (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
+        _SCRATCH[key] = bufs
+    return bufs
+
+
+_SCRATCH: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
 def launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, out, lse,
                           *, fp8, fp8_cvt, block_h, block_n, num_warps, num_stages, splits,
                           pin_conversion=True, exchange_p=False, prefetch_idx=False):
@@ -220,9 +243,7 @@ def launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_
         # without the exchange, same results up to rounding.
         exchange_p = sm_ids is not None
     if exchange_p:
-        slots = 2 * sm_ids  # two buffers per SM id
-        scratch_p = torch.empty(slots * block_h * block_n, dtype=dtype, device=out.device)
-        scratch_alpha = torch.empty(slots * block_h, dtype=torch.float32, device=out.device)
+        scratch_p, scratch_alpha = exchange_scratch(out.device, dtype, block_h, block_n, sm_ids)
     common = dict(
         scratch_p_ptr=scratch_p, scratch_alpha_ptr=scratch_alpha,
         q_nope_ptr=q_nope, q_pe_ptr=q_pe if q_pe is not None else q_nope, kv_ptr=kv,

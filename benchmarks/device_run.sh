@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One self-contained call on the GPU machine: install, test, sanitize, sweep, benchmark.
 # Usage (on the device, from the repo root): bash benchmarks/device_run.sh [steps...]
-# Steps: tests sanitizer sweep fp8sweep splits fp8choice residency residency-toggle ncu exchange wide latency toggle bench prefill (default: tests sanitizer sweep bench
+# Steps: tests sanitizer sweep fp8sweep splits splits-len fp8choice residency residency-toggle ncu exchange wide latency toggle bench prefill (default: tests sanitizer sweep bench
 # prefill). toggle and residency-toggle time a boolean TileConfig field off and on, named by
 # $TOGGLE (e.g. TOGGLE=prefetch_idx). Logs and JSON go to $OUT.
 set -u
@@ -23,6 +23,7 @@ for s in $steps; do
     sanitizer) timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 python3 benchmarks/sanitize_case.py 2>&1 | tee "$OUT/sanitizer.log" | tail -15 ;;
     sweep) timeout 400 python3 benchmarks/sweep.py "$OUT/sweep.json" > "$OUT/sweep.log" 2>&1; grep BEST "$OUT/sweep.log" ;;
     splits) timeout 200 python3 benchmarks/sweep.py "$OUT/sweep-splits.json" --splits 2>&1 | tee "$OUT/sweep-splits.log" | grep SPLIT ;;
+    splits-len) timeout 240 python3 benchmarks/sweep.py "$OUT/sweep-splits-len.json" --splits-len 2>&1 | tee "$OUT/sweep-splits-len.log" | grep SPLIT ;;
     fp8choice) timeout 240 python3 benchmarks/fp8_prefill_choice.py "$OUT/fp8-prefill-choice.json" 2>&1 | tee "$OUT/fp8-prefill-choice.log" | grep CHOICE ;;
     residency) timeout 300 python3 benchmarks/residency.py "$OUT/residency.json" 2>&1 | tee "$OUT/residency.log" | grep RES ;;
     residency-toggle) timeout 300 python3 benchmarks/residency.py "$OUT/residency-toggle.json" --toggle "$TOGGLE" 2>&1 | tee "$OUT/residency-toggle.log" | grep RES ;;

@@ -3,9 +3,9 @@
 Prints per workload every candidate's median time (CUDA-graph replay) and the compiled
 kernel's registers, spills and shared memory; writes JSON. The winners go into configs.py
 with a note of the run. Usage: python benchmarks/sweep.py OUT.json
-[--fp8 | --splits | --exchange | --wide | --latency | --toggle FIELD]
+[--fp8 | --splits | --splits-len | --exchange | --wide | --latency | --toggle FIELD]
 (--fp8: fp8 conversion variants, pinned or not; --splits: the shipped plan under several
-split rules; --exchange: 64-head tiles with and without the probabilities through scratch, and
+split rules; --splits-len: the same with random lengths, up to 8 waves; --exchange: 64-head tiles with and without the probabilities through scratch, and
 the latency tiles for 64+ heads; --wide: 16-warp exchange tiles; --latency: where the latency phase should end; --toggle FIELD:
 each workload's shipped tile with a boolean TileConfig field off and on, e.g. prefetch_idx
 (run 32's "--prefetch" was this for prefetch_idx).
@@ -91,6 +91,8 @@ def main(path):
         return main_fp8(path)
     if "--splits" in sys.argv:
         return main_splits(path)
+    if "--splits-len" in sys.argv:
+        return main_splits(path, LEN_SPLIT_WORKLOADS, rules=(1, 2, 4, 8))
     if "--exchange" in sys.argv:
         return main_exchange(path)
     if "--wide" in sys.argv:
@@ -164,20 +166,29 @@ SPLIT_WORKLOADS = [Workload("decode", 128, 16, "fp8_ds_mla"), Workload("decode",
                    Workload("decode", 128, 64, "bf16"), Workload("decode", 128, 64, "fp8_ds_mla")]
 
 
-def main_splits(path):
+# --splits-len: with random lengths (vLLM passes topk_length), more splits than one wave let
+# programs past their token's length exit at once and the hardware balance the rest, at the
+# cost of more partial outputs to combine (docs/performance-plan.md, item 3). Full-length rows
+# show that cost.
+LEN_SPLIT_WORKLOADS = [Workload("decode", 128, h, fmt, lengths=lengths)
+                       for fmt in ("bf16", "fp8_ds_mla") for h in (16, 64, 128)
+                       for lengths in ("random", "full")]
+
+
+def main_splits(path, workloads=SPLIT_WORKLOADS, rules=(1, 2, 3, 4, 6)):
     """The shipped plan (tile tables, pinning) under several split rules (programs per SM,
-    whatever the tile)."""
+    whatever the tile), with each workload's lengths."""
     caches = Caches()
     records = []
     shipped_rule = configs.programs_per_sm
-    for w in SPLIT_WORKLOADS:
+    for w in workloads:
         inputs = make_inputs(w, caches)
         q, kv, idx, lengths = inputs
         out = torch.empty(w.t, w.h, 512, device="cuda", dtype=torch.bfloat16)
-        for per_sm in (1, 2, 3, 4, 6):
+        for per_sm in rules:
             configs.programs_per_sm = lambda family, tile, per_sm=per_sm: per_sm
             fn = lambda: api.sparse_mla_attention((q[..., :512], q[..., 512:]), kv, idx,  # noqa: E731
-                                                  576 ** -0.5, out=out)
+                                                  576 ** -0.5, topk_length=lengths, out=out)
             plan = configs.plan_launch(*configs.device_traits(0), t_count=w.t, h_count=w.h,
                                        topk=idx.shape[1], fp8=w.fmt == "fp8_ds_mla")
             us = time_us(fn)

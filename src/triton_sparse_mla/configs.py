@@ -36,9 +36,9 @@ class TileConfig:
     exchange_p: bool = False
     # Load each tile's row ids a step ahead (kernels/attention.py). On by default: every 2-stage
     # tile timed with it won, 1.01-1.14x (sm90 tiles, and the sm86 tiles at SM120's residency,
-    # H200, 2026-12-01, sweep.py --prefetch and residency.py --prefetch, BENCHMARKS.md
-    # "prefetch_idx"), and it leaves each 2-stage tile's shared memory unchanged on every
-    # family (compiled by Triton 3.6). Off where a tile measured slower with it.
+    # H200, 2026-12-01, runs 32 and 34: sweep.py and residency.py --toggle prefetch_idx,
+    # BENCHMARKS.md "Row ids a step ahead"), and it leaves each 2-stage tile's shared memory
+    # unchanged on every family (compiled by Triton 3.6). Off where a tile measured slower.
     prefetch_idx: bool = True
 
 

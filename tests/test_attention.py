@@ -115,10 +115,23 @@ def test_row_ids_loaded_a_step_ahead_or_not(kind, prefetch, device):
     _check_tile(kind, configs.TileConfig(16, 32, 4, 3, prefetch_idx=prefetch), device)
 
 
-def _check_tile(kind, tile, device):
+@pytest.mark.parametrize("tile", [configs.TileConfig(16, 32, 4, 2, fp8_f16=True),
+                                  configs.TileConfig(64, 64, 8, 2, exchange_p=True, fp8_f16=True)],
+                         ids=["16x32", "64x64-exchange"])
+def test_fp8_rows_into_fp16_operands(tile, device):
+    """fp8_ds_mla rows dequantized into fp16 operands (``fp8_f16``) match the reference, also
+    for a q past fp16's range (entries up to about 4e5, with the scale divided to match): the
+    launcher scales a bf16 q by 2^-8 on its way to fp16."""
+    _check_tile("fp8", tile, device)
+    _check_tile("fp8", tile, device, q_gain=1e5)
+
+
+def _check_tile(kind, tile, device, q_gain=1.0):
     fmt = "fp8_ds_mla" if kind == "fp8" else "bf16"
     prob = make_problem(t=3, h=20, k=100, n=300, fmt=fmt, device=device, topk_length="partial",
                         sink=True)
+    if q_gain != 1.0:  # the same scores from a q of another magnitude
+        prob.q, prob.sm_scale = prob.q * q_gain, prob.sm_scale / q_gain
     ref_out, ref_lse = sparse_mla_reference(prob.q, prob.kv, prob.indices, prob.sm_scale,
                                             topk_length=prob.topk_length, attn_sink=prob.attn_sink)
     q_nope, q_pe = api._split_query(prob.q)

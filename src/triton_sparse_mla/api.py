@@ -197,5 +197,5 @@ def _run(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, out, lse, 
         fp8=fp8, fp8_cvt=plan.fp8_cvt, block_h=tile.block_h, block_n=tile.block_n,
         num_warps=tile.num_warps, num_stages=tile.num_stages, splits=plan.splits,
         pin_conversion=plan.pin_conversion, exchange_p=tile.exchange_p,
-        prefetch_idx=tile.prefetch_idx,
+        prefetch_idx=tile.prefetch_idx, fp8_f16=tile.fp8_f16,
     )

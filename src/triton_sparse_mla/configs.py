@@ -40,6 +40,11 @@ class TileConfig:
     # BENCHMARKS.md "Row ids a step ahead"), and it leaves each 2-stage tile's shared memory
     # unchanged on every family (compiled by Triton 3.6). Off where a tile measured slower.
     prefetch_idx: bool = True
+    # fp8_ds_mla rows dequantized into fp16 operands (q, rows and probabilities in fp16, q
+    # scaled by 2^-8), one packed multiply per two values: 705 instead of 929 instructions per
+    # step in the loop of the sm90 16-head fp8 tile (SASS, Triton 3.6). Not timed yet: in no
+    # table (docs/performance-plan.md). No effect on bf16/fp16 rows.
+    fp8_f16: bool = False
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,13 @@ def _load_q_tile(p_q, m_h, J: tl.constexpr):
 
 
 @triton.jit
+def _to_operand(b_q, Q_SCALE: tl.constexpr, DTYPE: tl.constexpr):
+    if Q_SCALE != 1.0:
+        b_q = b_q.to(tl.float32) * Q_SCALE  # once per program; exact (a power of two)
+    return b_q.to(DTYPE)
+
+
+@triton.jit
 def _store_tile(p_o, b_acc, b_scale, m_h, J: tl.constexpr):
     o_c = J * LATENT_TILE + tl.arange(0, LATENT_TILE)
     b_o = b_acc * b_scale[:, None]
@@ -64,7 +71,7 @@ def sparse_mla_fwd_kernel(
     HAS_LEN: tl.constexpr, HAS_SINK: tl.constexpr, PARTIAL: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, INTERPRET: tl.constexpr,
     DTYPE: tl.constexpr, PIN_CVT: tl.constexpr, EXCHANGE_P: tl.constexpr,
-    PREFETCH_IDX: tl.constexpr,
+    PREFETCH_IDX: tl.constexpr, FP8_F16: tl.constexpr, Q_SCALE: tl.constexpr,
 ):
     tl.static_assert(BLOCK_N >= 16, "tl.dot needs at least 16 rows per tile")
     tl.static_assert(BLOCK_H >= 16, "tl.dot needs at least 16 heads per tile (pad in registers)")
@@ -75,15 +82,17 @@ def sparse_mla_fwd_kernel(
     o_h = i_h * BLOCK_H + tl.arange(0, BLOCK_H)
     m_h = o_h < n_heads
     p_qn = q_nope_ptr + i_t * stride_qn_t + o_h * stride_qn_h  # [BLOCK_H]
-    # DTYPE is the tensor-core operand type: q's dtype (fp8 rows are dequantized into it).
-    b_q0 = _load_q_tile(p_qn, m_h, 0).to(DTYPE)
-    b_q1 = _load_q_tile(p_qn, m_h, 1).to(DTYPE)
-    b_q2 = _load_q_tile(p_qn, m_h, 2).to(DTYPE)
-    b_q3 = _load_q_tile(p_qn, m_h, 3).to(DTYPE)
+    # DTYPE is the tensor-core operand type: q's dtype, or fp16 for fp8 rows with FP8_F16 (fp8
+    # rows are dequantized into it). Q_SCALE (a power of two) keeps a bf16 q inside fp16's range
+    # there; the launcher divides it out of qk_scale.
+    b_q0 = _to_operand(_load_q_tile(p_qn, m_h, 0), Q_SCALE, DTYPE)
+    b_q1 = _to_operand(_load_q_tile(p_qn, m_h, 1), Q_SCALE, DTYPE)
+    b_q2 = _to_operand(_load_q_tile(p_qn, m_h, 2), Q_SCALE, DTYPE)
+    b_q3 = _to_operand(_load_q_tile(p_qn, m_h, 3), Q_SCALE, DTYPE)
     if D_PE > 0:
         o_p = tl.arange(0, D_PE)
         p_qp = q_pe_ptr + i_t * stride_qp_t + o_h[:, None] * stride_qp_h + o_p[None, :]
-        b_qp = tl.load(p_qp, mask=m_h[:, None], other=0.0).to(DTYPE)  # [BLOCK_H, D_PE]
+        b_qp = _to_operand(tl.load(p_qp, mask=m_h[:, None], other=0.0), Q_SCALE, DTYPE)  # [BLOCK_H, D_PE]
 
     n_start = i_s * split_size
     n_end = tl.minimum(n_start + split_size, topk)
@@ -113,10 +122,10 @@ def sparse_mla_fwd_kernel(
             b_idx = tl.load(p_idx + o_n, mask=m_n, other=-1)
         m_n = m_n & (b_idx >= 0) & (b_idx < n_rows)
         p_row = kv_ptr + b_idx.to(tl.int64) * stride_kv  # [BLOCK_N]
-        b_k0 = load_latent_tile(p_row, m_n, 0, FP8, FP8_CVT, DTYPE, PIN_CVT)  # [BLOCK_N, 128]
-        b_k1 = load_latent_tile(p_row, m_n, 1, FP8, FP8_CVT, DTYPE, PIN_CVT)
-        b_k2 = load_latent_tile(p_row, m_n, 2, FP8, FP8_CVT, DTYPE, PIN_CVT)
-        b_k3 = load_latent_tile(p_row, m_n, 3, FP8, FP8_CVT, DTYPE, PIN_CVT)
+        b_k0 = load_latent_tile(p_row, m_n, 0, FP8, FP8_CVT, DTYPE, PIN_CVT, FP8_F16)  # [BLOCK_N, 128]
+        b_k1 = load_latent_tile(p_row, m_n, 1, FP8, FP8_CVT, DTYPE, PIN_CVT, FP8_F16)
+        b_k2 = load_latent_tile(p_row, m_n, 2, FP8, FP8_CVT, DTYPE, PIN_CVT, FP8_F16)
+        b_k3 = load_latent_tile(p_row, m_n, 3, FP8, FP8_CVT, DTYPE, PIN_CVT, FP8_F16)
         b_s = score_part(b_q0, b_k0, EXCHANGE_P, INTERPRET)  # [BLOCK_H, BLOCK_N]
         b_s += score_part(b_q1, b_k1, EXCHANGE_P, INTERPRET)
         b_s += score_part(b_q2, b_k2, EXCHANGE_P, INTERPRET)
@@ -214,7 +223,8 @@ _SCRATCH: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 
 def launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, out, lse,
                           *, fp8, fp8_cvt, block_h, block_n, num_warps, num_stages, splits,
-                          pin_conversion=True, exchange_p=False, prefetch_idx=False):
+                          pin_conversion=True, exchange_p=False, prefetch_idx=False,
+                          fp8_f16=False):
     """Launch the kernel (and the combine step when ``splits > 1``); return the compiled main kernel.
 
     Shapes: ``q_nope [T, H, 512]``, ``q_pe [T, H, D_PE]`` or None, ``kv [N, C]``,
@@ -229,6 +239,12 @@ def launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_
     splits = max(1, triton.cdiv(topk, split_size))
     grid = (t_count, triton.cdiv(h_count, block_h), splits)
     dtype = torch.float16 if q_nope.dtype == torch.float16 else torch.bfloat16
+    fp8_f16 = fp8 and fp8_f16
+    # fp16 operands for a bf16 q: q scaled by 2^-8 (exact) reaches fp16 without overflow up to
+    # |q| = 2^24, and keeps bf16's precision down to |q| = 2^-6.
+    q_scale = 2.0 ** -8 if fp8_f16 and dtype == torch.bfloat16 else 1.0
+    if fp8_f16:
+        dtype = torch.float16
     scratch_p = scratch_alpha = None
     if exchange_p:
         # The scratch slot is the SM's. A program whose fp32 accumulators alone fill half of
@@ -248,7 +264,7 @@ def launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_
         scratch_p_ptr=scratch_p, scratch_alpha_ptr=scratch_alpha,
         q_nope_ptr=q_nope, q_pe_ptr=q_pe if q_pe is not None else q_nope, kv_ptr=kv,
         idx_ptr=indices, len_ptr=topk_length, sink_ptr=attn_sink,
-        qk_scale=float(sm_scale) * math.log2(math.e), n_rows=n_rows, n_heads=h_count,
+        qk_scale=float(sm_scale) * math.log2(math.e) / q_scale, n_rows=n_rows, n_heads=h_count,
         topk=topk, split_size=split_size,
         stride_qn_t=q_nope.stride(0), stride_qn_h=q_nope.stride(1),
         stride_qp_t=q_pe.stride(0) if q_pe is not None else 0,
@@ -258,6 +274,7 @@ def launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_
         HAS_LEN=topk_length is not None, HAS_SINK=attn_sink is not None,
         DTYPE=tl.float16 if dtype == torch.float16 else tl.bfloat16, EXCHANGE_P=exchange_p,
         BLOCK_H=block_h, BLOCK_N=block_n, INTERPRET=interpret, PREFETCH_IDX=prefetch_idx,
+        FP8_F16=fp8_f16, Q_SCALE=q_scale,
         PIN_CVT=fp8 and pin_conversion and not interpret,  # the interpreter runs no PTX
         num_warps=num_warps, num_stages=num_stages,
     )

@@ -8,7 +8,7 @@ the H200 kernel with its dynamic shared memory padded so that the H200 also fits
 Absolute times are the H200's (its bandwidth and SM count); the ranking between tiles at equal
 residency is what carries over. Prints a table and writes JSON.
 
-Usage: python benchmarks/residency.py OUT.json [--toggle FIELD]
+Usage: python benchmarks/residency.py OUT.json [--toggle FIELD] [--fmt FMT]
 (--toggle FIELD: the shipped sm86 tiles with a boolean ``TileConfig`` field off and on, e.g.
 ``prefetch_idx`` (run 34's "--prefetch"), under the shipped
 one-program-per-SM split rule.)
@@ -62,7 +62,7 @@ def pad_to(kernel, shared):
     kernel.packed_metadata = (warps, ctas, shared)
 
 
-def main(path, toggle=None):
+def main(path, toggle=None, fmt=None):
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     caches = Caches()
     records = []
@@ -73,6 +73,8 @@ def main(path, toggle=None):
                       for fmt, tiles in CANDIDATES.items()}
         rules = (configs.PROGRAMS_PER_SM["sm86"],)
     for w in WORKLOADS:
+        if fmt and w.fmt != fmt:
+            continue
         fp8 = w.fmt == "fp8_ds_mla"
         inputs = make_inputs(w, caches)
         out = torch.empty(w.t, w.h, 512, device="cuda", dtype=torch.bfloat16)
@@ -104,4 +106,5 @@ def main(path, toggle=None):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], toggle=sys.argv[sys.argv.index("--toggle") + 1] if "--toggle" in sys.argv else None)
+    arg = lambda name: sys.argv[sys.argv.index(name) + 1] if name in sys.argv else None  # noqa: E731
+    main(sys.argv[1], toggle=arg("--toggle"), fmt=arg("--fmt"))

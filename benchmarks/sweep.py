@@ -3,7 +3,7 @@
 Prints per workload every candidate's median time (CUDA-graph replay) and the compiled
 kernel's registers, spills and shared memory; writes JSON. The winners go into configs.py
 with a note of the run. Usage: python benchmarks/sweep.py OUT.json
-[--fp8 | --splits | --splits-len | --exchange | --wide | --latency | --toggle FIELD]
+[--fp8 | --splits | --splits-len | --exchange | --wide | --latency | --toggle FIELD [--fmt FMT]]
 (--fp8: fp8 conversion variants, pinned or not; --splits: the shipped plan under several
 split rules; --splits-len: the same with random lengths, up to 8 waves; --exchange: 64-head tiles with and without the probabilities through scratch, and
 the latency tiles for 64+ heads; --wide: 16-warp exchange tiles; --latency: where the latency phase should end; --toggle FIELD:
@@ -100,7 +100,8 @@ def main(path):
     if "--latency" in sys.argv:
         return main_latency(path)
     if "--toggle" in sys.argv:
-        return main_toggle(path, sys.argv[sys.argv.index("--toggle") + 1])
+        return main_toggle(path, sys.argv[sys.argv.index("--toggle") + 1],
+                           sys.argv[sys.argv.index("--fmt") + 1] if "--fmt" in sys.argv else None)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     caches = Caches()
     records = []
@@ -295,13 +296,16 @@ TOGGLE_WORKLOADS = [
 ]
 
 
-def main_toggle(path, field):
+def main_toggle(path, field, fmt=None):
     """Each workload's shipped sm90 tile with the boolean ``TileConfig`` field off and on,
-    alternating, twice each; every output is compared with the first variant's."""
+    alternating, twice each; every output is compared with the first variant's. ``fmt``: only
+    the workloads of that row format (``fp8_f16`` changes nothing on bf16 rows)."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     caches = Caches()
     records = []
     for w in TOGGLE_WORKLOADS:
+        if fmt and w.fmt != fmt:
+            continue
         inputs = make_inputs(w, caches)
         fp8 = w.fmt == "fp8_ds_mla"
         tile = configs.plan_launch("sm90", sms, 1, t_count=w.t, h_count=w.h, topk=2048, fp8=fp8).tile

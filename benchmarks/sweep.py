@@ -86,6 +86,19 @@ def time_plan(inputs, out, tile, fp8_cvt, fp8, sms, pin=True, per_sm=None):
         return splits, float("nan"), dict(error=str(exc)[:200])
 
 
+def time_against_first(inputs, w, tile, fp8, sms, first):
+    """Time ``tile`` on sm90's pinning and split rule and compare its output with the first
+    variant's of this workload (``first``: an empty list the first time, which this fills).
+    Returns the record (with the compiled kernel's facts) and those facts."""
+    out = torch.empty(w.t, w.h, 512, device="cuda", dtype=torch.bfloat16)
+    splits, us, meta = time_plan(inputs, out, tile, 1, fp8, sms,
+                                 pin=configs.pin_fp8_conversion("sm90", tile.block_h))
+    if not first:
+        first.append(out.float())
+    diff = ((out.float() - first[0]).norm() / first[0].norm()).item()
+    return dict(workload=w.name, tile=str(tile), splits=splits, us=us, rel_diff=diff, **meta), meta
+
+
 def main(path):
     if "--fp8" in sys.argv:
         return main_fp8(path)
@@ -232,18 +245,13 @@ def main_exchange(path, workloads=None, tiles=None):
     for w in workloads or EXCHANGE_WORKLOADS:
         inputs = make_inputs(w, caches)
         fp8 = w.fmt == "fp8_ds_mla"
-        first = None
+        first = []
         for tile in (tiles or EXCHANGE_TILES + (LATENCY_TILES if w.t <= configs.LATENCY_MAX_TOKENS else [])):
-            out = torch.empty(w.t, w.h, 512, device="cuda", dtype=torch.bfloat16)
-            pin = configs.pin_fp8_conversion("sm90", tile.block_h)
-            splits, us, meta = time_plan(inputs, out, tile, 1, fp8, sms, pin=pin)
-            first = out.float() if first is None else first
-            diff = ((out.float() - first).norm() / first.norm()).item()
-            records.append(dict(workload=w.name, tile=str(tile), splits=splits, us=us, rel_diff=diff,
-                                **meta))
+            rec, meta = time_against_first(inputs, w, tile, fp8, sms, first)
+            records.append(rec)
             print(f"EXCH {w.name:38} {tile.block_h}x{tile.block_n} w{tile.num_warps} s{tile.num_stages} "
-                  f"ex={int(tile.exchange_p)} splits={splits:3d} {us:9.1f} us diff={diff:.1e} {meta}",
-                  flush=True)
+                  f"ex={int(tile.exchange_p)} splits={rec['splits']:3d} {rec['us']:9.1f} us "
+                  f"diff={rec['rel_diff']:.1e} {meta}", flush=True)
     with open(path, "w") as f:
         json.dump(records, f, indent=1)
 
@@ -309,18 +317,14 @@ def main_toggle(path, field, fmt=None):
         inputs = make_inputs(w, caches)
         fp8 = w.fmt == "fp8_ds_mla"
         tile = configs.plan_launch("sm90", sms, 1, t_count=w.t, h_count=w.h, topk=2048, fp8=fp8).tile
-        first = None
+        first = []
         for on in (False, True, False, True):
             t = dataclasses.replace(tile, **{field: on})
-            out = torch.empty(w.t, w.h, 512, device="cuda", dtype=torch.bfloat16)
-            splits, us, meta = time_plan(inputs, out, t, 1, fp8, sms,
-                                         pin=configs.pin_fp8_conversion("sm90", t.block_h))
-            first = out.float() if first is None else first
-            diff = ((out.float() - first).norm() / first.norm()).item()
-            records.append(dict(workload=w.name, tile=str(t), field=field, on=on, splits=splits,
-                                us=us, rel_diff=diff, **meta))
+            rec, meta = time_against_first(inputs, w, t, fp8, sms, first)
+            records.append(dict(rec, field=field, on=on))
             print(f"TOGGLE {w.name:38} {t.block_h}x{t.block_n} s{t.num_stages} ex={int(t.exchange_p)} "
-                  f"{field}={int(on)} splits={splits:3d} {us:9.1f} us diff={diff:.1e} {meta}", flush=True)
+                  f"{field}={int(on)} splits={rec['splits']:3d} {rec['us']:9.1f} us "
+                  f"diff={rec['rel_diff']:.1e} {meta}", flush=True)
     with open(path, "w") as f:
         json.dump(records, f, indent=1)
 

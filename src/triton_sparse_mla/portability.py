@@ -42,7 +42,11 @@ def _compile(kernel, types: dict, constexprs: dict, divisible: set, cap: int, wa
 
 
 def _main_kernel_variants(tile: configs.TileConfig, cap: int, fp8: bool, family: str):
-    from .kernels.attention import sparse_mla_fwd_kernel
+    import torch
+
+    from .kernels.attention import operand_dtype, sparse_mla_fwd_kernel
+
+    dtype, q_scale = operand_dtype(torch.bfloat16, fp8 and tile.fp8_f16)
 
     kv_t = "*u8" if fp8 else "*bf16"
     for partial in (False, True):
@@ -63,10 +67,9 @@ def _main_kernel_variants(tile: configs.TileConfig, cap: int, fp8: bool, family:
                               BLOCK_N=tile.block_n, INTERPRET=False,
                               PIN_CVT=fp8 and configs.pin_fp8_conversion(family, tile.block_h),
                               EXCHANGE_P=tile.exchange_p, PREFETCH_IDX=tile.prefetch_idx,
-                              FP8_F16=fp8 and tile.fp8_f16,
-                              Q_SCALE=2.0 ** -8 if fp8 and tile.fp8_f16 else 1.0,
+                              FP8_F16=fp8 and tile.fp8_f16, Q_SCALE=q_scale,
                               **({} if tile.exchange_p else dict(scratch_p_ptr=None, scratch_alpha_ptr=None)),
-                              DTYPE=tl.float16 if fp8 and tile.fp8_f16 else tl.bfloat16)
+                              DTYPE=tl.float16 if dtype == torch.float16 else tl.bfloat16)
             # Rows of 576 bf16 values and of 656 bytes both keep 16-byte alignment.
             divisible = {n for n in types if n.endswith("_ptr")} | {
                 n for n in ints if n.startswith("stride_")}

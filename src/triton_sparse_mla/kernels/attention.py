@@ -221,6 +221,16 @@ def exchange_scratch(device, dtype, block_h, block_n, sm_ids):
 _SCRATCH: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 
 
+def operand_dtype(q_dtype, fp8_f16: bool):
+    """``(tensor-core operand dtype, q scale)`` for a query of ``q_dtype``: q's own 16-bit
+    type, or fp16 for fp8_ds_mla rows with ``fp8_f16``. A bf16 q is then scaled by 2^-8 on its
+    way to fp16 (exact): fp16 holds it without overflow up to |q| = 2^24 and with bf16's
+    precision down to |q| = 2^-6; the launcher divides the scale out of ``qk_scale``."""
+    if fp8_f16:
+        return torch.float16, (2.0 ** -8 if q_dtype == torch.bfloat16 else 1.0)
+    return (torch.float16 if q_dtype == torch.float16 else torch.bfloat16), 1.0
+
+
 def launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, out, lse,
                           *, fp8, fp8_cvt, block_h, block_n, num_warps, num_stages, splits,
                           pin_conversion=True, exchange_p=False, prefetch_idx=False,
@@ -238,13 +248,8 @@ def launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_
     split_size = triton.cdiv(triton.cdiv(topk, splits), block_n) * block_n
     splits = max(1, triton.cdiv(topk, split_size))
     grid = (t_count, triton.cdiv(h_count, block_h), splits)
-    dtype = torch.float16 if q_nope.dtype == torch.float16 else torch.bfloat16
     fp8_f16 = fp8 and fp8_f16
-    # fp16 operands for a bf16 q: q scaled by 2^-8 (exact) reaches fp16 without overflow up to
-    # |q| = 2^24, and keeps bf16's precision down to |q| = 2^-6.
-    q_scale = 2.0 ** -8 if fp8_f16 and dtype == torch.bfloat16 else 1.0
-    if fp8_f16:
-        dtype = torch.float16
+    dtype, q_scale = operand_dtype(q_nope.dtype, fp8_f16)
     scratch_p = scratch_alpha = None
     if exchange_p:
         # The scratch slot is the SM's. A program whose fp32 accumulators alone fill half of

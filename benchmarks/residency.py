@@ -41,6 +41,11 @@ WORKLOADS = [Workload("decode", 128, 8, "fp8_ds_mla"), Workload("decode", 128, 1
              Workload("decode", 32, 16, "bf16"),
              Workload("prefill", 4096, 16, "fp8_ds_mla", n_rows=32768),
              Workload("prefill", 4096, 16, "bf16", n_rows=32768)]
+# --toggle: also the head counts that take the sm86 table's 32-head tile
+TOGGLE_WORKLOADS = WORKLOADS + [Workload("decode", 128, 32, "fp8_ds_mla"),
+                                Workload("decode", 128, 64, "fp8_ds_mla"),
+                                Workload("decode", 128, 64, "bf16"),
+                                Workload("prefill", 4096, 64, "fp8_ds_mla", n_rows=32768)]
 
 
 def sm120_shared(tile, fp8):
@@ -66,19 +71,21 @@ def main(path, toggle=None, fmt=None):
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     caches = Caches()
     records = []
-    candidates = CANDIDATES
     rules = (2, 1)  # the split rule's residency assumption (PROGRAMS_PER_SM)
     if toggle:
-        candidates = {fmt: [dataclasses.replace(tiles[0], **{toggle: on}) for on in (False, True)]
-                      for fmt, tiles in CANDIDATES.items()}
         rules = (configs.PROGRAMS_PER_SM["sm86"],)
-    for w in WORKLOADS:
+    for w in TOGGLE_WORKLOADS if toggle else WORKLOADS:
         if fmt and w.fmt != fmt:
             continue
         fp8 = w.fmt == "fp8_ds_mla"
         inputs = make_inputs(w, caches)
         out = torch.empty(w.t, w.h, 512, device="cuda", dtype=torch.bfloat16)
-        for tile in candidates[w.fmt]:
+        if toggle:  # the tile the shipped sm86 plan gives this workload, the field off and on
+            shipped = configs.pick_tile("sm86", t_count=w.t, h_count=w.h, fp8=fp8)
+            candidates = [dataclasses.replace(shipped, **{toggle: on}) for on in (False, True)]
+        else:
+            candidates = CANDIDATES[w.fmt]
+        for tile in candidates:
             r120 = configs.fit_by_shared_memory(sm120_shared(tile, fp8), 120)
             for per_sm in rules:
                 splits, fn = plan_call(inputs, out, tile, configs.fp8_cvt_level((9, 0)), fp8, sms,

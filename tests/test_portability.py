@@ -140,3 +140,30 @@ def test_probabilities_through_scratch_halve_the_score_work(tmp_path):
         # experiment, BENCHMARKS.md "Lazy rescaling"). The shipped loop keeps the order.
         stores, barriers = exchanged["stores"], exchanged["barriers"]
         assert len(stores) == 2 and len(barriers) == 1 and max(stores) < barriers[0], counts
+
+
+_Q_SCALE_PROBE = r"""
+import json, re, sys
+from triton_sparse_mla import configs, portability
+out = {}
+for cap, family in ((90, "sm90"), (120, "sm86")):
+    tile = configs.TileConfig(16, 32, 4, 2, fp8_f16=True)
+    label, kernel, types, cx, div, warps, stages = next(
+        v for v in portability._main_kernel_variants(tile, cap, True, family) if "partial=0" in v[0])
+    ptx = portability._compile(kernel, types, cx, div, cap, warps, stages).asm["ptx"]
+    out[f"sm{cap}"] = dict(q_scale=cx["Q_SCALE"],
+                           f32_scaled=len(re.findall(r"mul(?:\.rn)?\.f32\s+%r\d+, %r\d+, 0f3B800000;", ptx)))
+json.dump(out, open(sys.argv[1], "w"))
+"""
+
+
+def test_bf16_query_scaled_before_fp16(tmp_path):
+    """With ``fp8_f16`` a bf16 q reaches fp16 scaled by 2^-8, so that fp16 holds it. The
+    multiply must come before the rounding to fp16: left to itself, Triton's compiler swaps
+    the two (rounds to fp16, then multiplies in fp16), and a q entry past 65504 became inf,
+    every output NaN (seen on the H200). Checked in the PTX: each of a thread's q values
+    (16 heads x 576 columns over 128 threads) is multiplied by 2^-8 in fp32."""
+    counts = _probe(_Q_SCALE_PROBE, tmp_path)
+    for cap in ("sm90", "sm120"):
+        assert counts[cap]["q_scale"] == 2.0 ** -8, counts
+        assert counts[cap]["f32_scaled"] == 16 * 576 // 128, counts

@@ -32,7 +32,7 @@ import triton
 import triton.language as tl
 
 from .combine import launch_combine
-from .common import (LATENT_TILE, LN2, block_barrier, load_latent_tile, load_rope_tile,
+from .common import (LATENT_TILE, LN2, block_barrier, load_latent_tile, opaque, load_rope_tile,
                      score_part, sink_factor, sm_index, tile_update)
 
 D_NOPE = 512
@@ -45,9 +45,13 @@ def _load_q_tile(p_q, m_h, J: tl.constexpr):
 
 
 @triton.jit
-def _to_operand(b_q, Q_SCALE: tl.constexpr, DTYPE: tl.constexpr):
+def _to_operand(b_q, Q_SCALE: tl.constexpr, DTYPE: tl.constexpr, INTERPRET: tl.constexpr):
     if Q_SCALE != 1.0:
         b_q = b_q.to(tl.float32) * Q_SCALE  # once per program; exact (a power of two)
+        if not INTERPRET:
+            # Without the fence the compiler rounds to DTYPE first and scales after (PTX:
+            # cvt.rn.f16x2.f32, then mul.f16x2), and a q past fp16's range becomes inf.
+            b_q = opaque(b_q, 1)
     return b_q.to(DTYPE)
 
 
@@ -85,14 +89,14 @@ def sparse_mla_fwd_kernel(
     # DTYPE is the tensor-core operand type: q's dtype, or fp16 for fp8 rows with FP8_F16 (fp8
     # rows are dequantized into it). Q_SCALE (a power of two) keeps a bf16 q inside fp16's range
     # there; the launcher divides it out of qk_scale.
-    b_q0 = _to_operand(_load_q_tile(p_qn, m_h, 0), Q_SCALE, DTYPE)
-    b_q1 = _to_operand(_load_q_tile(p_qn, m_h, 1), Q_SCALE, DTYPE)
-    b_q2 = _to_operand(_load_q_tile(p_qn, m_h, 2), Q_SCALE, DTYPE)
-    b_q3 = _to_operand(_load_q_tile(p_qn, m_h, 3), Q_SCALE, DTYPE)
+    b_q0 = _to_operand(_load_q_tile(p_qn, m_h, 0), Q_SCALE, DTYPE, INTERPRET)
+    b_q1 = _to_operand(_load_q_tile(p_qn, m_h, 1), Q_SCALE, DTYPE, INTERPRET)
+    b_q2 = _to_operand(_load_q_tile(p_qn, m_h, 2), Q_SCALE, DTYPE, INTERPRET)
+    b_q3 = _to_operand(_load_q_tile(p_qn, m_h, 3), Q_SCALE, DTYPE, INTERPRET)
     if D_PE > 0:
         o_p = tl.arange(0, D_PE)
         p_qp = q_pe_ptr + i_t * stride_qp_t + o_h[:, None] * stride_qp_h + o_p[None, :]
-        b_qp = _to_operand(tl.load(p_qp, mask=m_h[:, None], other=0.0), Q_SCALE, DTYPE)  # [BLOCK_H, D_PE]
+        b_qp = _to_operand(tl.load(p_qp, mask=m_h[:, None], other=0.0), Q_SCALE, DTYPE, INTERPRET)  # [BLOCK_H, D_PE]
 
     n_start = i_s * split_size
     n_end = tl.minimum(n_start + split_size, topk)

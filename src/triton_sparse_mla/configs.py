@@ -43,8 +43,8 @@ class TileConfig:
     # fp8_ds_mla rows dequantized into fp16 operands (q, rows and probabilities in fp16, q
     # scaled by 2^-8), one packed multiply per two values: 705 instead of 929 instructions per
     # step in the loop of the sm90 16-head fp8 tile (SASS, Triton 3.6). Timed (H200,
-    # 2026-12-01, run 39, BENCHMARKS.md "fp8 rows into fp16 operands"): 1.01-1.02x on the sm90
-    # 16- and 32-head tiles, 1.06-1.09x on the sm86 16-head tile at SM120's residency, 0.70x on
+    # 2026-12-01, runs 39-40, BENCHMARKS.md "fp8 rows into fp16 operands"): 1.01-1.02x on the
+    # sm90 16- and 32-head tiles, 1.05-1.09x on the sm86 tiles at SM120's residency, 0.70x on
     # the 64-head exchange tile (it spills). No effect on bf16/fp16 rows.
     fp8_f16: bool = False
 
@@ -131,15 +131,17 @@ _SM100 = {
     ("prefill", "fp8"): ((16, C(16, 32, 4, 2)), (32, C(32, 32, 4, 2)), (_ANY, C(64, 16, 8, 2))),
     ("latency", "plain"): ((_ANY, C(16, 32, 4, 2)),),
 }
-# sm86 (SM86/89/120): fp16 operands for fp8_ds_mla rows (TileConfig.fp8_f16), timed at
-# SM120's residency on the H200 (residency.py --toggle fp8_f16). sm80 decodes e4m3 with integer
-# operations and saves nothing by it (-1% of the loop's instructions); sm100 is not timed.
-_F16 = C(16, 32, 4, 2, fp8_f16=True)
+# sm86 (SM86/89/120): fp16 operands for fp8_ds_mla rows (TileConfig.fp8_f16): 1.06-1.09x on
+# the 16-head tile and 1.05x on the 32-head tile at SM120's residency, emulated on the H200
+# (residency.py --toggle fp8_f16, runs 39-40, BENCHMARKS.md "fp8 rows into fp16 operands").
+# sm80 decodes e4m3 with integer operations and saves nothing by it (-1% of the loop's
+# instructions); sm100 is not timed.
+_F16_16, _F16_32 = C(16, 32, 4, 2, fp8_f16=True), C(32, 32, 4, 2, fp8_f16=True)
 _SM86 = {
     **_SMALL_SMEM,
-    ("latency", "fp8"): ((_ANY, _F16),),
-    ("decode", "fp8"): ((16, _F16), (_ANY, C(32, 32, 4, 2))),
-    ("prefill", "fp8"): ((16, _F16), (_ANY, C(32, 32, 4, 2))),
+    ("latency", "fp8"): ((_ANY, _F16_16),),
+    ("decode", "fp8"): ((16, _F16_16), (_ANY, _F16_32)),
+    ("prefill", "fp8"): ((16, _F16_16), (_ANY, _F16_32)),
 }
 CONFIGS = {"sm90": _SM90, "sm100": _SM100, "sm80": _SM80, "sm86": _SM86}
 

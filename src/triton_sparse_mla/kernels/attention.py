@@ -233,7 +233,10 @@ _SCRATCH: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 # Program order: with several head tiles per token (more heads than one tile holds), launch a
 # token's head tiles one after another, so that they run at the same time on neighbouring SMs
 # and the rows one of them gathers are still in L2 for the others; otherwise every token's
-# first head tile launches before any second one. Under timing (benchmarks/sweep.py --order).
+# first head tile launches before any second one. H200, 2026-12-01, run 43 (sweep.py --order,
+# BENCHMARKS.md "Program order"): 1.01-1.05x with 128 heads on the sm90 64-head tile, decode
+# and prefill (0.99x at T=32, split in two), 1.04-1.08x with 64 heads on the sm86 32-head tile.
+# The module constant exists for that A/B; nothing else changes it.
 HEAD_TILES_FASTEST = True
 
 

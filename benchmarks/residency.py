@@ -8,10 +8,11 @@ the H200 kernel with its dynamic shared memory padded so that the H200 also fits
 Absolute times are the H200's (its bandwidth and SM count); the ranking between tiles at equal
 residency is what carries over. Prints a table and writes JSON.
 
-Usage: python benchmarks/residency.py OUT.json [--toggle FIELD] [--fmt FMT]
+Usage: python benchmarks/residency.py OUT.json [--toggle FIELD | --warps] [--fmt FMT]
 (--toggle FIELD: the shipped sm86 tiles with a boolean ``TileConfig`` field off and on, e.g.
 ``prefetch_idx`` (run 34's "--prefetch"), under the shipped
-one-program-per-SM split rule.)
+one-program-per-SM split rule; --warps: the shipped sm86 tiles with their warps and with 8: one
+program of 8 warps per SM instead of one of 4.)
 
 Padding: Triton launches a compiled kernel with ``packed_metadata = (num_warps, num_ctas,
 shared)``; replacing it changes the dynamic shared memory of every later launch of that cached
@@ -34,7 +35,8 @@ CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 T = configs.TileConfig
 CANDIDATES = {  # per format: the shipped sm86 tile first, then the candidates that fit two
     "bf16": [T(16, 64, 4, 2), T(16, 32, 4, 2), T(16, 16, 4, 2), T(16, 16, 4, 1), T(16, 32, 4, 1)],
-    "fp8_ds_mla": [T(16, 32, 4, 2), T(16, 16, 4, 2), T(16, 16, 4, 1), T(16, 32, 4, 1)],
+    "fp8_ds_mla": [T(16, 32, 4, 2, fp8_f16=True), T(16, 16, 4, 2, fp8_f16=True),
+                   T(16, 16, 4, 1, fp8_f16=True), T(16, 32, 4, 1, fp8_f16=True)],
 }
 WORKLOADS = [Workload("decode", 128, 8, "fp8_ds_mla"), Workload("decode", 128, 16, "fp8_ds_mla"),
              Workload("decode", 32, 16, "fp8_ds_mla"), Workload("decode", 128, 16, "bf16"),
@@ -67,22 +69,24 @@ def pad_to(kernel, shared):
     kernel.packed_metadata = (warps, ctas, shared)
 
 
-def main(path, toggle=None, fmt=None):
+def main(path, toggle=None, fmt=None, warps=False):
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     caches = Caches()
     records = []
     rules = (2, 1)  # the split rule's residency assumption (PROGRAMS_PER_SM)
-    if toggle:
+    if toggle or warps:
         rules = (configs.PROGRAMS_PER_SM["sm86"],)
-    for w in TOGGLE_WORKLOADS if toggle else WORKLOADS:
+    for w in TOGGLE_WORKLOADS if toggle or warps else WORKLOADS:
         if fmt and w.fmt != fmt:
             continue
         fp8 = w.fmt == "fp8_ds_mla"
         inputs = make_inputs(w, caches)
         out = torch.empty(w.t, w.h, 512, device="cuda", dtype=torch.bfloat16)
+        shipped = configs.pick_tile("sm86", t_count=w.t, h_count=w.h, fp8=fp8)
         if toggle:  # the tile the shipped sm86 plan gives this workload, the field off and on
-            shipped = configs.pick_tile("sm86", t_count=w.t, h_count=w.h, fp8=fp8)
             candidates = [dataclasses.replace(shipped, **{toggle: on}) for on in (False, True)]
+        elif warps:  # the shipped tile with its warps and with 8
+            candidates = [shipped, dataclasses.replace(shipped, num_warps=8)]
         else:
             candidates = CANDIDATES[w.fmt]
         for tile in candidates:
@@ -114,4 +118,4 @@ def main(path, toggle=None, fmt=None):
 
 if __name__ == "__main__":
     arg = lambda name: sys.argv[sys.argv.index(name) + 1] if name in sys.argv else None  # noqa: E731
-    main(sys.argv[1], toggle=arg("--toggle"), fmt=arg("--fmt"))
+    main(sys.argv[1], toggle=arg("--toggle"), fmt=arg("--fmt"), warps="--warps" in sys.argv)

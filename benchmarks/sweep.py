@@ -3,11 +3,11 @@
 Prints per workload every candidate's median time (CUDA-graph replay) and the compiled
 kernel's registers, spills and shared memory; writes JSON. The winners go into configs.py
 with a note of the run. Usage: python benchmarks/sweep.py OUT.json
-[--fp8 | --splits | --splits-len | --exchange | --wide | --latency | --order | --toggle FIELD [--fmt FMT]]
+[--fp8 | --splits | --splits-len | --exchange | --wide | --latency | --order | --warps | --toggle FIELD [--fmt FMT]]
 (--fp8: fp8 conversion variants, pinned or not; --splits: the shipped plan under several
 split rules; --splits-len: the same with random lengths, up to 8 waves; --exchange: 64-head tiles with and without the probabilities through scratch, and
 the latency tiles for 64+ heads; --wide: 16-warp exchange tiles; --latency: where the latency phase should end;
---order: a token's head tiles launched together or not; --toggle FIELD:
+--order: a token's head tiles launched together or not; --warps: 16-head fp8 tiles with 8 warps; --toggle FIELD:
 each workload's shipped tile with a boolean TileConfig field off and on, e.g. prefetch_idx
 (run 32's "--prefetch" was this for prefetch_idx).
 """
@@ -88,13 +88,14 @@ def time_plan(inputs, out, tile, fp8_cvt, fp8, sms, pin=True, per_sm=None):
         return splits, float("nan"), dict(error=str(exc)[:200])
 
 
-def time_against_first(inputs, w, tile, fp8, sms, first):
-    """Time ``tile`` on sm90's pinning and split rule and compare its output with the first
-    variant's of this workload (``first``: an empty list the first time, which this fills).
-    Returns the record (with the compiled kernel's facts) and those facts."""
+def time_against_first(inputs, w, tile, fp8, sms, first, per_sm=None):
+    """Time ``tile`` on sm90's pinning and split rule (or ``per_sm`` programs per SM) and
+    compare its output with the first variant's of this workload (``first``: an empty list the
+    first time, which this fills). Returns the record (with the compiled kernel's facts) and
+    those facts."""
     out = torch.empty(w.t, w.h, 512, device="cuda", dtype=torch.bfloat16)
     splits, us, meta = time_plan(inputs, out, tile, 1, fp8, sms,
-                                 pin=configs.pin_fp8_conversion("sm90", tile.block_h))
+                                 pin=configs.pin_fp8_conversion("sm90", tile.block_h), per_sm=per_sm)
     if not first:
         first.append(out.float())
     diff = ((out.float() - first[0]).norm() / first[0].norm()).item()
@@ -116,6 +117,8 @@ def main(path):
         return main_latency(path)
     if "--order" in sys.argv:
         return main_order(path)
+    if "--warps" in sys.argv:
+        return main_warps(path)
     if "--toggle" in sys.argv:
         return main_toggle(path, sys.argv[sys.argv.index("--toggle") + 1],
                            sys.argv[sys.argv.index("--fmt") + 1] if "--fmt" in sys.argv else None)
@@ -365,6 +368,39 @@ def main_order(path):
             print(f"ORDER {w.name:40} {family} {tile.block_h}x{tile.block_n} heads_fastest={int(heads_fastest)} "
                   f"splits={rec['splits']:3d} {rec['us']:9.1f} us diff={rec['rel_diff']:.1e}", flush=True)
     attention.HEAD_TILES_FASTEST = shipped
+    with open(path, "w") as f:
+        json.dump(records, f, indent=1)
+
+
+# Workloads for --warps: the shipped 16-head fp8 tiles against the same tiles with 8 warps.
+# Compiled for sm90 by Triton 3.6, 16x32 with 8 warps takes 128 registers (no spills), so two
+# programs still fit per SM: 16 warps instead of 8 to overlap the gather and conversion
+# latency, for 34% more instructions per program (loop: 8 x 472 against 4 x 705 per step).
+WARPS_WORKLOADS = [
+    Workload("decode", 128, 8, "fp8_ds_mla"), Workload("decode", 128, 16, "fp8_ds_mla"),
+    Workload("decode", 32, 16, "fp8_ds_mla"), Workload("decode", 512, 16, "fp8_ds_mla"),
+    Workload("prefill", 4096, 16, "fp8_ds_mla", n_rows=32768), Workload("prefill", 4096, 16, "fp8_ds_mla"),
+]
+
+
+def main_warps(path):
+    """Each workload's shipped sm90 tile, then the same shape with 8 warps (2 and 3 stages)
+    under split rules for one and two programs per SM; outputs compared with the first."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    caches = Caches()
+    records = []
+    for w in WARPS_WORKLOADS:
+        inputs = make_inputs(w, caches)
+        shipped = configs.pick_tile("sm90", t_count=w.t, h_count=w.h, fp8=True)
+        variants = [(shipped, None)] + [(dataclasses.replace(shipped, num_warps=8, num_stages=st), per_sm)
+                                        for st in (2, 3) for per_sm in (1, 2)]
+        first = []
+        for tile, per_sm in variants:
+            rec, meta = time_against_first(inputs, w, tile, True, sms, first, per_sm=per_sm)
+            records.append(dict(rec, per_sm=per_sm))
+            print(f"WARPS {w.name:40} {tile.block_h}x{tile.block_n} w{tile.num_warps} s{tile.num_stages} "
+                  f"per_sm={per_sm} splits={rec['splits']:3d} {rec['us']:9.1f} us diff={rec['rel_diff']:.1e} {meta}",
+                  flush=True)
     with open(path, "w") as f:
         json.dump(records, f, indent=1)
 

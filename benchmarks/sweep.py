@@ -3,11 +3,11 @@
 Prints per workload every candidate's median time (CUDA-graph replay) and the compiled
 kernel's registers, spills and shared memory; writes JSON. The winners go into configs.py
 with a note of the run. Usage: python benchmarks/sweep.py OUT.json
-[--fp8 | --splits | --splits-len | --exchange | --wide | --latency | --order | --warps | --toggle FIELD [--fmt FMT]]
+[--fp8 | --splits | --splits-len | --exchange | --wide | --latency | --warps | --toggle FIELD [--fmt FMT]]
 (--fp8: fp8 conversion variants, pinned or not; --splits: the shipped plan under several
 split rules; --splits-len: the same with random lengths, up to 8 waves; --exchange: 64-head tiles with and without the probabilities through scratch, and
 the latency tiles for 64+ heads; --wide: 16-warp exchange tiles; --latency: where the latency phase should end;
---order: a token's head tiles launched together or not; --warps: 16-head fp8 tiles with 8 warps; --toggle FIELD:
+--warps: 16-head fp8 tiles with 8 warps; --toggle FIELD:
 each workload's shipped tile with a boolean TileConfig field off and on, e.g. prefetch_idx
 (run 32's "--prefetch" was this for prefetch_idx).
 """
@@ -20,7 +20,6 @@ import torch
 import triton
 
 from triton_sparse_mla import api, configs
-from triton_sparse_mla.kernels import attention
 from triton_sparse_mla.bench import Caches, Workload, flashmla_fn, make_inputs, time_us
 
 T = configs.TileConfig
@@ -115,8 +114,6 @@ def main(path):
         return main_exchange(path, WIDE_WORKLOADS, WIDE_TILES)
     if "--latency" in sys.argv:
         return main_latency(path)
-    if "--order" in sys.argv:
-        return main_order(path)
     if "--warps" in sys.argv:
         return main_warps(path)
     if "--toggle" in sys.argv:
@@ -333,41 +330,6 @@ def main_toggle(path, field, fmt=None):
             print(f"TOGGLE {w.name:38} {t.block_h}x{t.block_n} s{t.num_stages} ex={int(t.exchange_p)} "
                   f"{field}={int(on)} splits={rec['splits']:3d} {rec['us']:9.1f} us "
                   f"diff={rec['rel_diff']:.1e} {meta}", flush=True)
-    with open(path, "w") as f:
-        json.dump(records, f, indent=1)
-
-
-# Workloads for --order: more heads than one tile holds, with the shipped sm90 tile and, for
-# 32-64 heads, the sm86 table's 32-head tile (run at the H200's own residency).
-ORDER_WORKLOADS = [
-    (Workload("decode", 128, 128, "bf16"), "sm90"), (Workload("decode", 128, 128, "fp8_ds_mla"), "sm90"),
-    (Workload("decode", 32, 128, "fp8_ds_mla"), "sm90"), (Workload("decode", 512, 128, "bf16"), "sm90"),
-    (Workload("prefill", 4096, 128, "bf16"), "sm90"), (Workload("prefill", 4096, 128, "fp8_ds_mla"), "sm90"),
-    (Workload("prefill", 4096, 128, "bf16", n_rows=32768), "sm90"),
-    (Workload("decode", 128, 64, "bf16"), "sm86"), (Workload("decode", 128, 64, "fp8_ds_mla"), "sm86"),
-    (Workload("prefill", 4096, 64, "bf16"), "sm86"),
-]
-
-
-def main_order(path):
-    """Program order A/B: each workload's tile with a token's head tiles launched next to each
-    other (``attention.HEAD_TILES_FASTEST``) and not, alternating, twice each."""
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    caches = Caches()
-    records = []
-    shipped = attention.HEAD_TILES_FASTEST
-    for w, family in ORDER_WORKLOADS:
-        inputs = make_inputs(w, caches)
-        fp8 = w.fmt == "fp8_ds_mla"
-        tile = configs.pick_tile(family, t_count=w.t, h_count=w.h, fp8=fp8)
-        first = []
-        for heads_fastest in (False, True, False, True):
-            attention.HEAD_TILES_FASTEST = heads_fastest
-            rec, meta = time_against_first(inputs, w, tile, fp8, sms, first)
-            records.append(dict(rec, family=family, heads_fastest=heads_fastest))
-            print(f"ORDER {w.name:40} {family} {tile.block_h}x{tile.block_n} heads_fastest={int(heads_fastest)} "
-                  f"splits={rec['splits']:3d} {rec['us']:9.1f} us diff={rec['rel_diff']:.1e}", flush=True)
-    attention.HEAD_TILES_FASTEST = shipped
     with open(path, "w") as f:
         json.dump(records, f, indent=1)
 

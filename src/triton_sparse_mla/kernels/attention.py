@@ -32,7 +32,7 @@ import triton
 import triton.language as tl
 
 from .combine import launch_combine
-from .common import (LATENT_TILE, LN2, block_barrier, load_latent_tile, opaque, load_rope_tile,
+from .common import (LATENT_TILE, LN2, block_barrier, load_latent_tile, load_rope_tile, opaque,
                      score_part, sink_factor, sm_index, tile_update)
 
 D_NOPE = 512
@@ -76,18 +76,18 @@ def sparse_mla_fwd_kernel(
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, INTERPRET: tl.constexpr,
     DTYPE: tl.constexpr, PIN_CVT: tl.constexpr, EXCHANGE_P: tl.constexpr,
     PREFETCH_IDX: tl.constexpr, FP8_F16: tl.constexpr, Q_SCALE: tl.constexpr,
-    HEADS_FASTEST: tl.constexpr,
 ):
     tl.static_assert(BLOCK_N >= 16, "tl.dot needs at least 16 rows per tile")
     tl.static_assert(BLOCK_H >= 16, "tl.dot needs at least 16 heads per tile (pad in registers)")
-    if HEADS_FASTEST:  # the head tiles of one token launch next to each other (HEAD_TILES_FASTEST)
-        n_h_tiles = tl.cdiv(n_heads, BLOCK_H)
-        i_t = (tl.program_id(0) // n_h_tiles).to(tl.int64)
-        i_h = tl.program_id(0) % n_h_tiles
-    else:
-        i_t = tl.program_id(0).to(tl.int64)
-        i_h = tl.program_id(1)
-    i_s = tl.program_id(2)
+    # One grid axis for (token, head tile), head tiles fastest: a token's head tiles start
+    # together on neighbouring SMs, and the rows one gathers are still in L2 for the others.
+    # Against token-fastest order (every token's first head tile before any second one):
+    # 1.01-1.05x with 128 heads on the sm90 64-head tile, 1.04-1.08x with 64 heads on the sm86
+    # 32-head tile (H200, 2026-12-01, run 43, BENCHMARKS.md "Program order").
+    n_h_tiles = tl.cdiv(n_heads, BLOCK_H)
+    i_t = (tl.program_id(0) // n_h_tiles).to(tl.int64)
+    i_h = tl.program_id(0) % n_h_tiles
+    i_s = tl.program_id(1)
 
     o_h = i_h * BLOCK_H + tl.arange(0, BLOCK_H)
     m_h = o_h < n_heads
@@ -230,15 +230,6 @@ def exchange_scratch(device, dtype, block_h, block_n, sm_ids):
 
 _SCRATCH: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 
-# Program order: with several head tiles per token (more heads than one tile holds), launch a
-# token's head tiles one after another, so that they run at the same time on neighbouring SMs
-# and the rows one of them gathers are still in L2 for the others; otherwise every token's
-# first head tile launches before any second one. H200, 2026-12-01, run 43 (sweep.py --order,
-# BENCHMARKS.md "Program order"): 1.01-1.05x with 128 heads on the sm90 64-head tile, decode
-# and prefill (0.99x at T=32, split in two), 1.04-1.08x with 64 heads on the sm86 32-head tile.
-# The module constant exists for that A/B; nothing else changes it.
-HEAD_TILES_FASTEST = True
-
 
 def operand_dtype(q_dtype, fp8_f16: bool):
     """``(tensor-core operand dtype, q scale)`` for a query of ``q_dtype``: q's own 16-bit
@@ -266,8 +257,7 @@ def launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_
     d_pe = 0 if q_pe is None else q_pe.shape[2]
     split_size = triton.cdiv(triton.cdiv(topk, splits), block_n) * block_n
     splits = max(1, triton.cdiv(topk, split_size))
-    h_tiles = triton.cdiv(h_count, block_h)
-    grid = (t_count * h_tiles, 1, splits) if HEAD_TILES_FASTEST else (t_count, h_tiles, splits)
+    grid = (t_count * triton.cdiv(h_count, block_h), splits)
     fp8_f16 = fp8 and fp8_f16
     dtype, q_scale = operand_dtype(q_nope.dtype, fp8_f16)
     scratch_p = scratch_alpha = None
@@ -299,7 +289,7 @@ def launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_
         HAS_LEN=topk_length is not None, HAS_SINK=attn_sink is not None,
         DTYPE=tl.float16 if dtype == torch.float16 else tl.bfloat16, EXCHANGE_P=exchange_p,
         BLOCK_H=block_h, BLOCK_N=block_n, INTERPRET=interpret, PREFETCH_IDX=prefetch_idx,
-        FP8_F16=fp8_f16, Q_SCALE=q_scale, HEADS_FASTEST=HEAD_TILES_FASTEST,
+        FP8_F16=fp8_f16, Q_SCALE=q_scale,
         PIN_CVT=fp8 and pin_conversion and not interpret,  # the interpreter runs no PTX
         num_warps=num_warps, num_stages=num_stages,
     )

@@ -7,7 +7,7 @@ with a note of the run. Usage: python benchmarks/sweep.py OUT.json
 (--fp8: fp8 conversion variants, pinned or not; --splits: the shipped plan under several
 split rules; --splits-len: the same with random lengths, up to 8 waves; --exchange: 64-head tiles with and without the probabilities through scratch, and
 the latency tiles for 64+ heads; --wide: 16-warp exchange tiles; --latency: where the latency phase should end;
---warps: 16-head fp8 tiles with 8 warps; --toggle FIELD:
+--warps: 16-head tiles with 8 warps; --toggle FIELD:
 each workload's shipped tile with a boolean TileConfig field off and on, e.g. prefetch_idx
 (run 32's "--prefetch" was this for prefetch_idx).
 """
@@ -334,14 +334,18 @@ def main_toggle(path, field, fmt=None):
         json.dump(records, f, indent=1)
 
 
-# Workloads for --warps: the shipped 16-head fp8 tiles against the same tiles with 8 warps.
-# Compiled for sm90 by Triton 3.6, 16x32 with 8 warps takes 128 registers (no spills), so two
-# programs still fit per SM: 16 warps instead of 8 to overlap the gather and conversion
+# Workloads for --warps: the shipped 16-head tiles against the same shapes with 8 warps.
+# Compiled for sm90 by Triton 3.6, fp8 16x32 with 8 warps takes 128 registers (no spills), so
+# two programs still fit per SM: 16 warps instead of 8 to overlap the gather and conversion
 # latency, for 34% more instructions per program (loop: 8 x 472 against 4 x 705 per step).
+# bf16 16x64 with 8 warps: 128 registers with 2 stages (two per SM), 148 with 3 (one), 14%
+# more instructions per program (8 x 503 against 4 x 880, 2 stages).
 WARPS_WORKLOADS = [
-    Workload("decode", 128, 8, "fp8_ds_mla"), Workload("decode", 128, 16, "fp8_ds_mla"),
+    Workload("decode", 128, h, fmt) for fmt in ("fp8_ds_mla", "bf16") for h in (8, 16)] + [
     Workload("decode", 32, 16, "fp8_ds_mla"), Workload("decode", 512, 16, "fp8_ds_mla"),
+    Workload("decode", 512, 16, "bf16"),
     Workload("prefill", 4096, 16, "fp8_ds_mla", n_rows=32768), Workload("prefill", 4096, 16, "fp8_ds_mla"),
+    Workload("prefill", 4096, 16, "bf16", n_rows=32768),
 ]
 
 
@@ -353,12 +357,16 @@ def main_warps(path):
     records = []
     for w in WARPS_WORKLOADS:
         inputs = make_inputs(w, caches)
-        shipped = configs.pick_tile("sm90", t_count=w.t, h_count=w.h, fp8=True)
-        variants = [(shipped, None)] + [(dataclasses.replace(shipped, num_warps=8, num_stages=st), per_sm)
-                                        for st in (2, 3) for per_sm in (1, 2)]
+        fp8 = w.fmt == "fp8_ds_mla"
+        shipped = configs.pick_tile("sm90", t_count=w.t, h_count=w.h, fp8=fp8)
+        # (2-stage tiles load row ids a step ahead, as every shipped 2-stage tile does)
+        variants = [(shipped, None)] + [
+            (dataclasses.replace(shipped, num_warps=8, num_stages=st,
+                                 prefetch_idx=st == 2 or shipped.prefetch_idx), per_sm)
+            for st in (2, 3) for per_sm in (1, 2)]
         first = []
         for tile, per_sm in variants:
-            rec, meta = time_against_first(inputs, w, tile, True, sms, first, per_sm=per_sm)
+            rec, meta = time_against_first(inputs, w, tile, fp8, sms, first, per_sm=per_sm)
             records.append(dict(rec, per_sm=per_sm))
             print(f"WARPS {w.name:40} {tile.block_h}x{tile.block_n} w{tile.num_warps} s{tile.num_stages} "
                   f"per_sm={per_sm} splits={rec['splits']:3d} {rec['us']:9.1f} us diff={rec['rel_diff']:.1e} {meta}",

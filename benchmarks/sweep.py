@@ -350,8 +350,8 @@ WARPS_WORKLOADS = [
 
 
 def main_warps(path):
-    """Each workload's shipped sm90 tile, then the same shape with 8 warps (2 and 3 stages)
-    under split rules for one and two programs per SM; outputs compared with the first."""
+    """Each workload's shipped sm90 tile, then the same shape with 8 warps or 4 stages under
+    split rules for one or two programs per SM; outputs compared with the first."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     caches = Caches()
     records = []
@@ -359,11 +359,13 @@ def main_warps(path):
         inputs = make_inputs(w, caches)
         fp8 = w.fmt == "fp8_ds_mla"
         shipped = configs.pick_tile("sm90", t_count=w.t, h_count=w.h, fp8=fp8)
-        # (2-stage tiles load row ids a step ahead, as every shipped 2-stage tile does)
+        # 8 warps with 2-4 stages for two programs per SM and with 3 for one; 4 warps with 4
+        # stages (fp8 16x32: 112 KB, two per SM). 2-stage tiles load row ids a step ahead, as
+        # every shipped 2-stage tile does.
         variants = [(shipped, None)] + [
-            (dataclasses.replace(shipped, num_warps=8, num_stages=st,
+            (dataclasses.replace(shipped, num_warps=warps, num_stages=st,
                                  prefetch_idx=st == 2 or shipped.prefetch_idx), per_sm)
-            for st in (2, 3) for per_sm in (1, 2)]
+            for warps, st, per_sm in ((8, 2, 2), (8, 3, 2), (8, 4, 2), (8, 3, 1), (4, 4, 2))]
         first = []
         for tile, per_sm in variants:
             rec, meta = time_against_first(inputs, w, tile, fp8, sms, first, per_sm=per_sm)

@@ -191,11 +191,5 @@ def _run(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, out, lse, 
     if plan is None:
         plan = configs.plan_launch(family, sm_count, fp8_cvt, t_count=t_count, h_count=h_count,
                                    topk=topk, fp8=fp8)
-    tile = plan.tile
-    return launch_sparse_mla_fwd(
-        q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, out, lse,
-        fp8=fp8, fp8_cvt=plan.fp8_cvt, block_h=tile.block_h, block_n=tile.block_n,
-        num_warps=tile.num_warps, num_stages=tile.num_stages, splits=plan.splits,
-        pin_conversion=plan.pin_conversion, exchange_p=tile.exchange_p,
-        prefetch_idx=tile.prefetch_idx, fp8_f16=tile.fp8_f16,
-    )
+    return launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, out,
+                                 lse, fp8=fp8, plan=plan)

@@ -102,7 +102,8 @@ def sparse_mla_fwd_kernel(
     if D_PE > 0:
         o_p = tl.arange(0, D_PE)
         p_qp = q_pe_ptr + i_t * stride_qp_t + o_h[:, None] * stride_qp_h + o_p[None, :]
-        b_qp = _to_operand(tl.load(p_qp, mask=m_h[:, None], other=0.0), Q_SCALE, DTYPE, INTERPRET)  # [BLOCK_H, D_PE]
+        b_qp = _to_operand(tl.load(p_qp, mask=m_h[:, None], other=0.0), Q_SCALE, DTYPE,
+                           INTERPRET)  # [BLOCK_H, D_PE]
 
     n_start = i_s * split_size
     n_end = tl.minimum(n_start + split_size, topk)
@@ -242,15 +243,16 @@ def operand_dtype(q_dtype, fp8_f16: bool):
 
 
 def launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, out, lse,
-                          *, fp8, fp8_cvt, block_h, block_n, num_warps, num_stages, splits,
-                          pin_conversion=True, exchange_p=False, prefetch_idx=False,
-                          fp8_f16=False):
+                          *, fp8, plan):
     """Launch the kernel (and the combine step when ``splits > 1``); return the compiled main kernel.
 
     Shapes: ``q_nope [T, H, 512]``, ``q_pe [T, H, D_PE]`` or None, ``kv [N, C]``,
     ``indices [T, K]`` int32, ``topk_length [T]`` int32 or None, ``attn_sink [H]`` fp32 or None,
     ``out [T, H, 512]``, ``lse [T, H]`` fp32 or None. Inputs are validated by the caller.
+    ``plan``: a ``configs.LaunchPlan`` (tile, split count, fp8 decode path).
     """
+    tile, splits, fp8_cvt = plan.tile, plan.splits, plan.fp8_cvt
+    block_h, block_n, exchange_p = tile.block_h, tile.block_n, tile.exchange_p
     t_count, h_count, _ = q_nope.shape
     n_rows, topk = kv.shape[0], indices.shape[1]
     interpret = os.environ.get("TRITON_INTERPRET") == "1"
@@ -258,7 +260,7 @@ def launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_
     split_size = triton.cdiv(triton.cdiv(topk, splits), block_n) * block_n
     splits = max(1, triton.cdiv(topk, split_size))
     grid = (t_count * triton.cdiv(h_count, block_h), splits)
-    fp8_f16 = fp8 and fp8_f16
+    fp8_f16 = fp8 and tile.fp8_f16
     dtype, q_scale = operand_dtype(q_nope.dtype, fp8_f16)
     scratch_p = scratch_alpha = None
     if exchange_p:
@@ -288,10 +290,10 @@ def launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_
         D_PE=d_pe, FP8=fp8, FP8_CVT=fp8_cvt,
         HAS_LEN=topk_length is not None, HAS_SINK=attn_sink is not None,
         DTYPE=tl.float16 if dtype == torch.float16 else tl.bfloat16, EXCHANGE_P=exchange_p,
-        BLOCK_H=block_h, BLOCK_N=block_n, INTERPRET=interpret, PREFETCH_IDX=prefetch_idx,
+        BLOCK_H=block_h, BLOCK_N=block_n, INTERPRET=interpret, PREFETCH_IDX=tile.prefetch_idx,
         FP8_F16=fp8_f16, Q_SCALE=q_scale,
-        PIN_CVT=fp8 and pin_conversion and not interpret,  # the interpreter runs no PTX
-        num_warps=num_warps, num_stages=num_stages,
+        PIN_CVT=fp8 and plan.pin_conversion and not interpret,  # the interpreter runs no PTX
+        num_warps=tile.num_warps, num_stages=tile.num_stages,
     )
     if splits == 1:
         return sparse_mla_fwd_kernel[grid](

@@ -1,14 +1,17 @@
-"""fp8_ds_mla prefill: convert inside the kernel (shipped) or gather-and-upconvert into a workspace?
+"""fp8_ds_mla prefill: convert inside the kernel, or through the workspace of distinct rows?
 
-Per workload (T=4096, K=2048, H in {8, 16, 64, 128}, caches of 32K and 1M rows):
+Times, per workload, eagerly (as prefill runs), in one run:
 
-* in-kernel: ``sparse_mla_attention`` on the fp8 cache, the shipped path.
-* workspace, in chunks of C tokens: gather the chunk's C x K rows, dequantize them to bf16 into a
-  ``[C x K, 576]`` workspace (C x K x 1152 bytes), then run the bf16 kernel over it with indices
-  ``t K + j``. The upconvert pass is charged at its ideal cost, its bytes (656 read + 1152
-  written per row) at the copy bandwidth measured in this run, so the comparison is as
-  favourable to the workspace as it can be; the bf16 kernel over the workspace is timed (on
-  random workspace values: only the time is compared). Both scaled to T tokens.
+* ``in_kernel``: ``sparse_mla_attention(..., fp8_workspace=False)``.
+* ``workspace``: ``fp8_workspace=True`` (triton_sparse_mla.workspace; the whole call: marking,
+  prefix sum, host read of the count, remap, upconvert, then the bf16 kernel), with its parts:
+  ``build`` alone and ``bf16_kernel`` over the built workspace.
+
+Workloads: K=2048; prefill T=4096 with H in {8, 16, 32, 64, 128} over caches of 32K and 1M rows
+(the bench's inputs); "ctx64K": a 1M-row cache whose tokens all read inside one 64K-row window
+(one long request, as in vLLM); T=16384 H=16; T=512 and 1024 (H=16, 32K rows) to place the
+token threshold. Each workload also reports the two paths' relative difference and the
+workspace's error against the float64 reference.
 
 Usage (GPU): python benchmarks/fp8_prefill_choice.py OUT.json
 """
@@ -18,39 +21,57 @@ import sys
 
 import torch
 
-from triton_sparse_mla import sparse_mla_attention
-from triton_sparse_mla.bench import Caches, Workload, make_inputs, measure_ceilings, time_us
-from triton_sparse_mla.formats import FP8_ROW_BYTES
+from triton_sparse_mla import sparse_mla_attention, workspace
+from triton_sparse_mla.bench import Caches, Workload, header, make_inputs, reference_error, time_us
+from triton_sparse_mla.configs import device_traits
 
-T, K = 4096, 2048
-CHUNKS = (256, 1024)
+
+def workloads():
+    for n_rows in (32768, 1 << 20):
+        for h in (8, 16, 32, 64, 128):
+            yield Workload("prefill", 4096, h, "fp8_ds_mla", n_rows=n_rows), None
+    for h in (16, 64):
+        yield Workload("prefill", 4096, h, "fp8_ds_mla", n_rows=1 << 20), 65536
+    yield Workload("prefill", 16384, 16, "fp8_ds_mla", n_rows=32768), None
+    for t in (512, 1024):
+        yield Workload("prefill", t, 16, "fp8_ds_mla", n_rows=32768), None
 
 
 def main(path):
-    ceilings = measure_ceilings()
     caches = Caches()
     scale = 576 ** -0.5
+    fp8_cvt = device_traits(torch.cuda.current_device())[2]
     records = []
-    for n_rows in (32768, 1 << 20):
-        for h in (8, 16, 64, 128):
-            w = Workload("prefill", T, h, "fp8_ds_mla", n_rows=n_rows)
-            q, kv, idx, _ = make_inputs(w, caches)
-            in_kernel = time_us(lambda: sparse_mla_attention(q, kv, idx, scale))
-            rec = dict(workload=w.name, in_kernel_us=in_kernel)
-            for chunk in CHUNKS:
-                ws = torch.randn(chunk * K, 576, device="cuda", dtype=torch.bfloat16)
-                ws_idx = torch.arange(chunk * K, device="cuda", dtype=torch.int32).view(chunk, K)
-                kernel = time_us(lambda: sparse_mla_attention(q[:chunk], ws, ws_idx, scale)) * T / chunk
-                upconvert = T * K * (FP8_ROW_BYTES + 1152) / ceilings["copy_GBps"] / 1e3
-                rec[f"workspace_C{chunk}"] = dict(
-                    bf16_kernel_us=kernel, upconvert_ideal_us=upconvert, total_us=kernel + upconvert,
-                    workspace_MB=chunk * K * 1152 / 1e6)
-            best = min(rec[f"workspace_C{c}"]["total_us"] for c in CHUNKS)
-            print(f"CHOICE {w.name:38} in-kernel {in_kernel:9.1f} us   workspace (ideal upconvert) "
-                  f"{best:9.1f} us   -> {'in-kernel' if in_kernel <= best else 'workspace'}", flush=True)
-            records.append(rec)
+    for w, window in workloads():
+        q, kv, idx, lengths = make_inputs(w, caches)
+        if window is not None:
+            idx = (idx % window).contiguous()
+        name = w.name + (f" ctx{window // 1024}K" if window else "")
+        in_kernel = time_us(lambda: sparse_mla_attention(q, kv, idx, scale, fp8_workspace=False),
+                            graph=False)
+        ws_us = time_us(lambda: sparse_mla_attention(q, kv, idx, scale, fp8_workspace=True),
+                        graph=False)
+        build_us = time_us(lambda: workspace.build(kv, idx, None, fp8_cvt, force=True), graph=False)
+        ws, ws_idx = workspace.build(kv, idx, None, fp8_cvt, force=True)
+        kernel_us = time_us(lambda: sparse_mla_attention(q, ws, ws_idx, scale), graph=False)
+        a = sparse_mla_attention(q, kv, idx, scale, fp8_workspace=False)
+        b = sparse_mla_attention(q, kv, idx, scale, fp8_workspace=True)
+        diff = ((a.float() - b.float()).norm() / a.float().norm()).item()
+        rel_err = reference_error(q, kv, idx, lengths, scale, b)
+        rec = dict(workload=name, in_kernel_us=in_kernel, workspace_us=ws_us, build_us=build_us,
+                   bf16_kernel_us=kernel_us, distinct_rows=ws.shape[0],
+                   reuse=w.t * w.k / ws.shape[0], workspace_MB=ws.numel() * 2 / 1e6,
+                   paths_rel_diff=diff, workspace_rel_err=rel_err)
+        records.append(rec)
+        print(f"CHOICE {name:44} in-kernel {in_kernel:9.1f}  workspace {ws_us:9.1f} "
+              f"(build {build_us:7.1f} + bf16 {kernel_us:9.1f})  x{in_kernel / ws_us:4.2f}  "
+              f"rows {ws.shape[0]:8d} reuse {rec['reuse']:6.1f}  diff {diff:.1e} err {rel_err:.1e}",
+              flush=True)
+        del ws, ws_idx, a, b
     with open(path, "w") as f:
-        json.dump(dict(ceilings=ceilings, results=records), f, indent=1)
+        json.dump(dict(header=header(), records=records,
+                       shipped=dict(MIN_TOKENS=workspace.MIN_TOKENS, MIN_REUSE=workspace.MIN_REUSE,
+                                    MAX_BYTES=workspace.MAX_BYTES)), f, indent=1)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ from numbers import Real
 
 import torch
 
-from . import configs
+from . import configs, workspace
 from .formats import D_NOPE, D_ROPE, D_V, row_format
 from .kernels.attention import launch_sparse_mla_fwd
 
@@ -63,7 +63,7 @@ def _split_query(q):
 
 
 def sparse_mla_attention(q, kv, indices, sm_scale, *, topk_length=None, attn_sink=None,
-                         out=None, return_lse=False):
+                         out=None, return_lse=False, fp8_workspace=None):
     """Sparse Multi-head Latent Attention over gathered cache rows.
 
     For every query token ``t`` and head ``h``, attend to the cache rows named by
@@ -85,6 +85,12 @@ def sparse_mla_attention(q, kv, indices, sm_scale, *, topk_length=None, attn_sin
             ``exp(lse) / (exp(lse) + exp(attn_sink))``; lse itself is unaffected.
         out: optional ``[T, H, 512]`` tensor of q's dtype (unit last stride) to write into.
         return_lse: also return ``lse [T, H]`` fp32, natural log.
+        fp8_workspace: for fp8_ds_mla rows, dequantize the distinct rows the call reads into a
+            bf16 workspace once and run the bf16 kernel over it (:mod:`triton_sparse_mla.workspace`:
+            up to 1 GiB, ``distinct rows x 1152`` bytes). None (default): for a bf16 q with
+            ``T >= 1024`` outside CUDA-graph capture, when each distinct row is named by 4 or
+            more entries and the workspace fits; True: always (bf16 q, not while capturing);
+            False: never (the rows are converted inside the kernel).
 
     Returns:
         ``out [T, H, 512]`` in q's dtype, or ``(out, lse)`` with ``return_lse=True``. A row
@@ -96,6 +102,8 @@ def sparse_mla_attention(q, kv, indices, sm_scale, *, topk_length=None, attn_sin
 
     Launch choices depend only on shapes, format and device, so a CUDA graph captured around
     a call (after one warm-up call that compiles the kernels) replays with new index values.
+    The fp8 workspace, whose size depends on the index values, is never used while a graph is
+    captured.
     """
     q_nope, q_pe = _split_query(q)
     device = q_nope.device
@@ -159,6 +167,8 @@ def sparse_mla_attention(q, kv, indices, sm_scale, *, topk_length=None, attn_sin
         if tuple(out.shape) != (t_count, h_count, D_V):
             raise ValueError(f"out: expected shape {[t_count, h_count, D_V]}, got {list(out.shape)}")
     lse = torch.empty(t_count, h_count, dtype=torch.float32, device=device) if return_lse else None
+    if fp8_workspace is not None and not isinstance(fp8_workspace, bool):
+        raise TypeError(f"fp8_workspace: expected None, True or False, got {fp8_workspace!r}")
 
     if device.type == "cuda":
         family, sm_count, fp8_cvt = configs.device_traits(device.index if device.index is not None else torch.cuda.current_device())
@@ -169,6 +179,12 @@ def sparse_mla_attention(q, kv, indices, sm_scale, *, topk_length=None, attn_sin
             f"q: expected CUDA tensors (or CPU tensors with TRITON_INTERPRET=1), got device {device}"
         )
 
+    if fp8 and t_count > 0 and indices.shape[1] > 0 and workspace.wanted(t_count, dtype, device,
+                                                                       fp8_workspace):
+        built = workspace.build(kv, indices, topk_length, fp8_cvt, force=fp8_workspace is True)
+        if built is not None:
+            kv, indices = built
+            fp8 = False
     if t_count > 0:
         _run(q_nope, q_pe, kv, indices, topk_length, attn_sink, float(sm_scale), out, lse,
              family=family, sm_count=sm_count, fp8_cvt=fp8_cvt, fp8=fp8)

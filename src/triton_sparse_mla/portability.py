@@ -1,8 +1,8 @@
 """Compile every shipped configuration for every target GPU, without a GPU.
 
 For each architecture family in :data:`configs.CONFIGS` and each compile target of that family,
-the main kernel is compiled (both formats, final and partial outputs, with and without rope) and
-so is the combine kernel; the shared memory each needs is compared with the family's limit.
+the main kernel is compiled (both formats, final and partial outputs, with and without rope),
+and so are the combine kernel and the fp8 prefill workspace's kernels; the shared memory each needs is compared with the family's limit.
 Pointer and stride arguments are hinted divisible by 16, as real launches specialise them, so
 the software pipeline (and its shared memory) is the one a real launch gets.
 
@@ -89,6 +89,24 @@ def _combine_variant():
     return ("combine S=64", combine_kernel, types, constexprs, divisible, 4, 1)
 
 
+def _workspace_variants(cap: int):
+    """The three kernels of the fp8 prefill workspace (triton_sparse_mla.workspace)."""
+    from . import workspace
+    from .kernels.dedup import mark_rows_kernel, remap_kernel, upconvert_kernel
+
+    idx = {"idx_ptr": "*i32", "len_ptr": "*i32", "n_rows": "i32", "topk": "i32",
+           "stride_idx_t": "i32"}
+    k = dict(HAS_LEN=True, BLOCK_K=workspace._BLOCK_K)
+    yield ("mark", mark_rows_kernel, idx | {"mark_ptr": "*i32"}, k, {"idx_ptr", "mark_ptr"}, 4, 1)
+    yield ("remap", remap_kernel, idx | {"pos_ptr": "*i32", "new_idx_ptr": "*i32", "stride_new_t": "i32"},
+           k, {"idx_ptr", "pos_ptr", "new_idx_ptr"}, 4, 1)
+    types = {"kv_ptr": "*u8", "pos_ptr": "*i32", "ws_ptr": "*bf16", "n_rows": "i32",
+             "stride_kv": "i32", "stride_ws": "i32"}
+    yield ("upconvert", upconvert_kernel, types,
+           dict(FP8_CVT=configs.fp8_cvt_level(divmod(cap, 10)), D_PE=64, BLOCK_R=workspace._BLOCK_R),
+           {"kv_ptr", "pos_ptr", "ws_ptr", "stride_kv", "stride_ws"}, 4, 1)
+
+
 def check_all(families=None) -> list[dict]:
     """Compile everything; return one record per (family, target, config, variant)."""
     records = []
@@ -100,6 +118,7 @@ def check_all(families=None) -> list[dict]:
                 for v in _main_kernel_variants(tile, cap, kind == "fp8", family):
                     jobs.append((f"{phase}/{kind}/{tile.block_h}x{tile.block_n}", v))
             jobs.append(("combine", _combine_variant()))
+            jobs.extend(("workspace", v) for v in _workspace_variants(cap))
             for key, (label, kernel, types, constexprs, divisible, warps, stages) in jobs:
                 rec = dict(family=family, target=f"sm{cap}", config=key, variant=label,
                            num_warps=warps, num_stages=stages, limit=limit)

@@ -1,0 +1,68 @@
+"""The three passes of the fp8_ds_mla prefill workspace (:mod:`triton_sparse_mla.workspace`).
+
+``mark_rows_kernel`` marks every cache row that some valid index entry names; after a prefix
+sum of the marks (``pos[i]`` = marked rows up to and including row ``i``), ``remap_kernel``
+rewrites each valid entry as its row's place in the workspace (``pos[row] - 1``, -1 for an
+invalid entry) and ``upconvert_kernel`` dequantizes each marked row into that place, with the
+same arithmetic as the attention kernel's own loads (:func:`common.load_latent_tile`).
+"""
+
+import triton
+import triton.language as tl
+
+from .common import LATENT_TILE, load_latent_tile, load_rope_tile
+
+LATENT_TILES = tl.constexpr(4)
+
+
+@triton.jit
+def _valid_entries(idx_ptr, len_ptr, n_rows, topk, stride_idx_t, HAS_LEN: tl.constexpr,
+                   BLOCK_K: tl.constexpr):
+    """``(row ids, validity)`` of index entries ``[BLOCK_K]`` of token ``program_id(0)``."""
+    i_t = tl.program_id(0).to(tl.int64)
+    o_k = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
+    m_k = o_k < topk
+    if HAS_LEN:
+        m_k = m_k & (o_k < tl.load(len_ptr + i_t))
+    b_idx = tl.load(idx_ptr + i_t * stride_idx_t + o_k, mask=m_k, other=-1)
+    return b_idx, m_k & (b_idx >= 0) & (b_idx < n_rows), o_k
+
+
+@triton.jit
+def mark_rows_kernel(idx_ptr, len_ptr, mark_ptr, n_rows, topk, stride_idx_t,
+                     HAS_LEN: tl.constexpr, BLOCK_K: tl.constexpr):
+    """``mark[row] = 1`` for every valid entry (grid: tokens x K blocks). Entries naming the
+    same row store the same value, so the order of the stores does not matter."""
+    b_idx, m_k, _ = _valid_entries(idx_ptr, len_ptr, n_rows, topk, stride_idx_t, HAS_LEN, BLOCK_K)
+    tl.store(mark_ptr + b_idx, tl.full([BLOCK_K], 1, tl.int32), mask=m_k)
+
+
+@triton.jit
+def remap_kernel(idx_ptr, len_ptr, pos_ptr, new_idx_ptr, n_rows, topk, stride_idx_t,
+                 stride_new_t, HAS_LEN: tl.constexpr, BLOCK_K: tl.constexpr):
+    """``new_idx[t, k] = pos[idx[t, k]] - 1`` for a valid entry, -1 otherwise."""
+    b_idx, m_k, o_k = _valid_entries(idx_ptr, len_ptr, n_rows, topk, stride_idx_t, HAS_LEN, BLOCK_K)
+    b_new = tl.load(pos_ptr + b_idx, mask=m_k, other=0) - 1
+    i_t = tl.program_id(0).to(tl.int64)
+    tl.store(new_idx_ptr + i_t * stride_new_t + o_k, b_new, mask=o_k < topk)
+
+
+@triton.jit
+def upconvert_kernel(kv_ptr, pos_ptr, ws_ptr, n_rows, stride_kv, stride_ws,
+                     FP8_CVT: tl.constexpr, D_PE: tl.constexpr, BLOCK_R: tl.constexpr):
+    """Dequantize each marked row ``i`` of ``kv`` (fp8_ds_mla bytes) into ``ws[pos[i] - 1]``
+    (576 values of ws's dtype); a row is marked where ``pos`` steps up (grid: N / BLOCK_R)."""
+    o_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    b_pos = tl.load(pos_ptr + o_r, mask=o_r < n_rows, other=0)
+    b_prev = tl.load(pos_ptr + o_r - 1, mask=(o_r > 0) & (o_r < n_rows), other=0)
+    m_r = (o_r < n_rows) & (b_pos > b_prev)
+    p_row = kv_ptr + o_r.to(tl.int64) * stride_kv  # byte pointers
+    p_ws = ws_ptr + (b_pos - 1).to(tl.int64) * stride_ws
+    dtype = ws_ptr.dtype.element_ty
+    for j in tl.static_range(LATENT_TILES):
+        b_k = load_latent_tile(p_row, m_r, j, True, FP8_CVT, dtype, False)
+        o_c = j * LATENT_TILE + tl.arange(0, LATENT_TILE)
+        tl.store(p_ws[:, None] + o_c[None, :], b_k, mask=m_r[:, None])
+    b_pe = load_rope_tile(p_row, m_r, D_PE, True, dtype)
+    o_p = LATENT_TILES * LATENT_TILE + tl.arange(0, D_PE)
+    tl.store(p_ws[:, None] + o_p[None, :], b_pe, mask=m_r[:, None])

@@ -1,0 +1,133 @@
+"""fp8_ds_mla rows through the bf16 workspace of distinct rows (triton_sparse_mla.workspace)."""
+
+import os
+
+import pytest
+import torch
+
+from problems import assert_close, make_problem
+from triton_sparse_mla import sparse_mla_attention, sparse_mla_reference, workspace
+from triton_sparse_mla.formats import dequantize_fp8_ds_mla
+
+CASES = [
+    dict(t=3, h=8, k=100, n=300, topk_length="partial"),
+    dict(t=3, h=16, k=100, n=300, scale_style="pow2", sink=True),
+    dict(t=5, h=64, k=64, n=40, rising=True, q_tuple=True),
+    dict(t=4, h=16, k=64, n=300, topk_length="zero"),
+    dict(t=2, h=16, k=64, n=300, invalid_frac=1.0),
+]
+
+
+def _bf16_rows(kv):
+    """fp8_ds_mla rows dequantized to bf16 as the device rounds: to nearest even on a GPU; the
+    interpreter's fp32 -> bf16 conversion drops the low 16 bits (Triton 3.6 and 3.8)."""
+    rows = dequantize_fp8_ds_mla(kv)
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        rows = (rows.view(torch.int32) & -65536).view(torch.float32)
+    return rows.to(torch.bfloat16)
+
+
+def _call(prob, **kw):
+    return sparse_mla_attention(prob.q, prob.kv, prob.indices, prob.sm_scale,
+                                topk_length=prob.topk_length, attn_sink=prob.attn_sink,
+                                return_lse=True, **kw)
+
+
+@pytest.mark.parametrize("p", CASES, ids=lambda p: "-".join(f"{k}{v}" for k, v in p.items()))
+def test_matches_reference_and_the_bf16_kernel_on_dequantized_rows(p, device):
+    prob = make_problem(fmt="fp8_ds_mla", device=device, **p)
+    out, lse = _call(prob, fp8_workspace=True)
+    ref_out, ref_lse = sparse_mla_reference(prob.q, prob.kv, prob.indices, prob.sm_scale,
+                                            topk_length=prob.topk_length, attn_sink=prob.attn_sink)
+    assert_close(out, lse, ref_out, ref_lse, rtol_norm=3e-2)
+    # The same values gathered in the same order: bit for bit the bf16 kernel's result.
+    rows = _bf16_rows(prob.kv)
+    want, want_lse = sparse_mla_attention(prob.q, rows, prob.indices, prob.sm_scale,
+                                          topk_length=prob.topk_length,
+                                          attn_sink=prob.attn_sink, return_lse=True)
+    assert torch.equal(out, want)
+    assert torch.equal(lse, want_lse)
+
+
+def test_workspace_holds_each_distinct_row_once(device):
+    prob = make_problem(t=6, h=8, k=64, n=50, fmt="fp8_ds_mla", device=device,
+                        topk_length="partial")
+    built = workspace.build(prob.kv, prob.indices, prob.topk_length, 0, force=True)
+    assert built is not None
+    ws, new_idx = built
+    idx, lens = prob.indices.long().cpu(), prob.topk_length.long().cpu()
+    counted = (idx >= 0) & (idx < 50) & (torch.arange(64)[None, :] < lens[:, None])
+    assert ws.shape == (len(torch.unique(idx[counted])), 576) and ws.dtype == torch.bfloat16
+    new_idx = new_idx.long().cpu()
+    assert torch.equal(new_idx < 0, ~counted)
+    want = _bf16_rows(prob.kv).cpu()[idx[counted]]
+    assert torch.equal(ws.cpu()[new_idx[counted]], want)
+
+
+def test_little_reuse_keeps_the_in_kernel_conversion(device):
+    # 4 x 64 entries over 10000 rows: about one entry per distinct row.
+    prob = make_problem(t=4, h=8, k=64, n=10000, fmt="fp8_ds_mla", device=device, invalid_frac=0)
+    assert workspace.build(prob.kv, prob.indices, None, 0, force=False) is None
+    # 8 x 64 entries over 40 rows: at least 12 per row.
+    prob = make_problem(t=8, h=8, k=64, n=40, fmt="fp8_ds_mla", device=device, invalid_frac=0)
+    assert workspace.build(prob.kv, prob.indices, None, 0, force=False) is not None
+
+
+def test_size_bound_keeps_the_in_kernel_conversion(device, monkeypatch):
+    prob = make_problem(t=8, h=8, k=64, n=40, fmt="fp8_ds_mla", device=device, invalid_frac=0)
+    monkeypatch.setattr(workspace, "MAX_BYTES", 10 * 1152)  # 10 rows, fewer than it names
+    assert workspace.build(prob.kv, prob.indices, None, 0, force=False) is None
+
+
+def test_automatic_choice(device, monkeypatch):
+    bf16, fp16 = torch.bfloat16, torch.float16
+    assert not workspace.wanted(workspace.MIN_TOKENS - 1, bf16, device, None)
+    assert workspace.wanted(workspace.MIN_TOKENS, bf16, device, None)
+    assert not workspace.wanted(workspace.MIN_TOKENS, fp16, device, None)
+    assert not workspace.wanted(workspace.MIN_TOKENS, bf16, device, False)
+    assert workspace.wanted(1, bf16, device, True)
+    with pytest.raises(ValueError, match="fp8_workspace: needs a bf16 query"):
+        workspace.wanted(1, fp16, device, True)
+    # Through the API: with the threshold lowered, a call takes the workspace by itself.
+    prob = make_problem(t=8, h=8, k=64, n=40, fmt="fp8_ds_mla", device=device)
+    monkeypatch.setattr(workspace, "MIN_TOKENS", 8)
+    taken = []
+    build = workspace.build
+    monkeypatch.setattr(workspace, "build", lambda *a, **k: taken.append(build(*a, **k)) or taken[-1])
+    out, lse = _call(prob)
+    assert len(taken) == 1 and taken[0] is not None
+    assert torch.equal(out, _call(prob, fp8_workspace=True)[0])
+
+
+def test_argument_errors(device):
+    prob = make_problem(t=2, h=8, k=64, n=100, fmt="fp8_ds_mla", device=device)
+    with pytest.raises(TypeError, match="fp8_workspace: expected None, True or False, got 1"):
+        _call(prob, fp8_workspace=1)
+    q16 = prob.q.to(torch.float16)
+    with pytest.raises(ValueError, match="fp8_workspace: needs a bf16 query"):
+        sparse_mla_attention(q16, prob.kv, prob.indices, 0.1, fp8_workspace=True)
+
+
+@pytest.mark.gpu
+def test_capture_keeps_the_in_kernel_conversion(monkeypatch):
+    """Inside a CUDA-graph capture the automatic choice converts in the kernel (the workspace
+    needs the distinct-row count on the host); replay equals the eager in-kernel call."""
+    dev = torch.device("cuda")
+    monkeypatch.setattr(workspace, "MIN_TOKENS", 1)
+    p = make_problem(t=32, h=16, k=2048, n=512, fmt="fp8_ds_mla", device=dev, seed=4)
+    out = torch.empty(32, 16, 512, dtype=torch.bfloat16, device=dev)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        sparse_mla_attention(p.q, p.kv, p.indices, 0.07, out=out)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        sparse_mla_attention(p.q, p.kv, p.indices, 0.07, out=out)
+    out.zero_()
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, sparse_mla_attention(p.q, p.kv, p.indices, 0.07, fp8_workspace=False))
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    with pytest.raises(ValueError, match="fp8_workspace=True: cannot be used while a CUDA graph"):
+        sparse_mla_attention(p.q, p.kv, p.indices, 0.07, fp8_workspace=True)

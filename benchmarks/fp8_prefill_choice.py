@@ -4,8 +4,11 @@ Times, per workload, eagerly (as prefill runs), in one run:
 
 * ``in_kernel``: ``sparse_mla_attention(..., fp8_workspace=False)``.
 * ``workspace``: ``fp8_workspace=True`` (triton_sparse_mla.workspace; the whole call: marking,
-  prefix sum, host read of the count, remap, upconvert, then the bf16 kernel), with its parts:
-  ``build`` alone and ``bf16_kernel`` over the built workspace.
+  prefix sum, remap, upconvert, then the bf16 kernel) with min(N, T x K) slots, known from the
+  shapes; its parts ``build`` alone and ``bf16_kernel`` over the built workspace.
+* ``counted``: the same with the distinct rows counted and the count read on the host (the path
+  of a cache too large for the shape bound, as vLLM's), and its ``build`` alone.
+* ``auto``: ``fp8_workspace=None``, what the shipped rule does (and the bench times).
 
 Workloads: K=2048; prefill T=4096 with H in {8, 16, 32, 64, 128} over caches of 32K and 1M rows
 (the bench's inputs); "ctx64K": a 1M-row cache whose tokens all read inside one 64K-row window
@@ -47,27 +50,38 @@ def main(path):
         if window is not None:
             idx = (idx % window).contiguous()
         name = w.name + (f" ctx{window // 1024}K" if window else "")
-        in_kernel = time_us(lambda: sparse_mla_attention(q, kv, idx, scale, fp8_workspace=False),
-                            graph=False)
-        ws_us = time_us(lambda: sparse_mla_attention(q, kv, idx, scale, fp8_workspace=True),
-                        graph=False)
-        build_us = time_us(lambda: workspace.build(kv, idx, None, fp8_cvt, force=True), graph=False)
-        ws, ws_idx = workspace.build(kv, idx, None, fp8_cvt, force=True)
+        def call(mode):
+            return lambda: sparse_mla_attention(q, kv, idx, scale, fp8_workspace=mode)
+
+        def build():
+            return workspace.build(kv, idx, None, fp8_cvt, force=True)
+
+        in_kernel = time_us(call(False), graph=False)
+        auto = time_us(call(None), graph=False)
+        ws_us = time_us(call(True), graph=False)
+        build_us = time_us(build, graph=False)
+        ws, ws_idx = build()
         kernel_us = time_us(lambda: sparse_mla_attention(q, ws, ws_idx, scale), graph=False)
-        a = sparse_mla_attention(q, kv, idx, scale, fp8_workspace=False)
-        b = sparse_mla_attention(q, kv, idx, scale, fp8_workspace=True)
+        shipped_max = workspace.MAX_BYTES
+        workspace.MAX_BYTES = workspace.ROW_BYTES * (ws.shape[0] - 1)  # the bound no longer fits
+        counted_us = time_us(call(True), graph=False)
+        counted_build_us = time_us(build, graph=False)
+        distinct = build()[0].shape[0]
+        workspace.MAX_BYTES = shipped_max
+        a = call(False)()
+        b = call(True)()
         diff = ((a.float() - b.float()).norm() / a.float().norm()).item()
         rel_err = reference_error(q, kv, idx, lengths, scale, b)
-        rec = dict(workload=name, in_kernel_us=in_kernel, workspace_us=ws_us, build_us=build_us,
-                   bf16_kernel_us=kernel_us, distinct_rows=ws.shape[0],
-                   reuse=w.t * w.k / ws.shape[0], workspace_MB=ws.numel() * 2 / 1e6,
+        rec = dict(workload=name, in_kernel_us=in_kernel, auto_us=auto, workspace_us=ws_us,
+                   build_us=build_us, bf16_kernel_us=kernel_us, counted_us=counted_us,
+                   counted_build_us=counted_build_us, slots=ws.shape[0], distinct_rows=distinct,
+                   reuse=w.t * w.k / distinct, workspace_MB=ws.numel() * 2 / 1e6,
                    paths_rel_diff=diff, workspace_rel_err=rel_err)
         records.append(rec)
-        print(f"CHOICE {name:44} in-kernel {in_kernel:9.1f}  workspace {ws_us:9.1f} "
-              f"(build {build_us:7.1f} + bf16 {kernel_us:9.1f})  x{in_kernel / ws_us:4.2f}  "
-              f"rows {ws.shape[0]:8d} reuse {rec['reuse']:6.1f}  diff {diff:.1e} err {rel_err:.1e}",
-              flush=True)
-        del ws, ws_idx, a, b
+        print(f"CHOICE {name:44} in-kernel {in_kernel:8.1f} auto {auto:8.1f} | ws {ws_us:8.1f} "
+              f"(build {build_us:6.1f} + bf16 {kernel_us:8.1f}) x{in_kernel / ws_us:4.2f} | counted "
+              f"{counted_us:8.1f} (build {counted_build_us:6.1f}) | rows {distinct:7d} "
+              f"reuse {rec['reuse']:6.1f} diff {diff:.1e} err {rel_err:.1e}", flush=True)
     with open(path, "w") as f:
         json.dump(dict(header=header(), records=records,
                        shipped=dict(MIN_TOKENS=workspace.MIN_TOKENS, MIN_REUSE=workspace.MIN_REUSE,

@@ -57,9 +57,12 @@ def test_workspace_holds_each_distinct_row_once(device):
     ws, new_idx = built
     idx, lens = prob.indices.long().cpu(), prob.topk_length.long().cpu()
     counted = (idx >= 0) & (idx < 50) & (torch.arange(64)[None, :] < lens[:, None])
-    assert ws.shape == (len(torch.unique(idx[counted])), 576) and ws.dtype == torch.bfloat16
+    distinct = len(torch.unique(idx[counted]))
+    assert ws.shape == (50, 576) and ws.dtype == torch.bfloat16  # min(N, T x K) slots
     new_idx = new_idx.long().cpu()
     assert torch.equal(new_idx < 0, ~counted)
+    # Slots 0 .. distinct - 1, one per distinct row.
+    assert torch.equal(new_idx[counted].unique(), torch.arange(distinct))
     want = _bf16_rows(prob.kv).cpu()[idx[counted]]
     assert torch.equal(ws.cpu()[new_idx[counted]], want)
 
@@ -70,24 +73,47 @@ def test_little_reuse_keeps_the_in_kernel_conversion(device):
     assert workspace.build(prob.kv, prob.indices, None, 0, force=False) is None
     # 8 x 64 entries over 40 rows: at least 12 per row.
     prob = make_problem(t=8, h=8, k=64, n=40, fmt="fp8_ds_mla", device=device, invalid_frac=0)
-    assert workspace.build(prob.kv, prob.indices, None, 0, force=False) is not None
+    ws, _ = workspace.build(prob.kv, prob.indices, None, 0, force=False)
+    assert ws.shape[0] == 40  # min(N, T x K) slots: known without counting
 
 
-def test_size_bound_keeps_the_in_kernel_conversion(device, monkeypatch):
-    prob = make_problem(t=8, h=8, k=64, n=40, fmt="fp8_ds_mla", device=device, invalid_frac=0)
-    monkeypatch.setattr(workspace, "MAX_BYTES", 10 * 1152)  # 10 rows, fewer than it names
-    assert workspace.build(prob.kv, prob.indices, None, 0, force=False) is None
+def test_rows_counted_where_the_shapes_do_not_bound_them(device, monkeypatch):
+    # 6 x 64 entries over 5000 rows, all inside a window of 30: the bound (min(N, T x K) = 384
+    # slots) fails the reuse test, the counted 30 rows pass it.
+    prob = make_problem(t=6, h=16, k=64, n=5000, fmt="fp8_ds_mla", device=device,
+                        topk_length="partial")
+    idx = torch.where(prob.indices >= 0, prob.indices % 30, prob.indices)
+    idx = torch.where(idx < 5000, idx, -1)
+    kv = _fresh_rows(prob.kv, 30)
+    ws, _ = workspace.build(kv, idx, prob.topk_length, 0, force=False)
+    assert ws.shape[0] <= 30
+    monkeypatch.setattr(workspace, "MAX_BYTES", 10 * workspace.ROW_BYTES)
+    assert workspace.build(kv, idx, prob.topk_length, 0, force=False) is None
+    out, lse = sparse_mla_attention(prob.q, kv, idx, prob.sm_scale, topk_length=prob.topk_length,
+                                    return_lse=True, fp8_workspace=True)
+    ref_out, ref_lse = sparse_mla_reference(prob.q, kv, idx, prob.sm_scale,
+                                            topk_length=prob.topk_length)
+    assert_close(out, lse, ref_out, ref_lse, rtol_norm=3e-2)
+
+
+def _fresh_rows(kv, n_used):
+    """``kv`` with its first ``n_used`` rows replaced by unpoisoned fp8_ds_mla rows."""
+    from triton_sparse_mla.formats import quantize_fp8_ds_mla
+    g = torch.Generator().manual_seed(5)
+    kv = kv.clone()
+    kv[:n_used] = quantize_fp8_ds_mla(torch.randn(n_used, 576, generator=g)).to(kv.device)
+    return kv
 
 
 def test_automatic_choice(device, monkeypatch):
     bf16, fp16 = torch.bfloat16, torch.float16
-    assert not workspace.wanted(workspace.MIN_TOKENS - 1, bf16, device, None)
-    assert workspace.wanted(workspace.MIN_TOKENS, bf16, device, None)
-    assert not workspace.wanted(workspace.MIN_TOKENS, fp16, device, None)
-    assert not workspace.wanted(workspace.MIN_TOKENS, bf16, device, False)
-    assert workspace.wanted(1, bf16, device, True)
+    assert not workspace.wanted(workspace.MIN_TOKENS - 1, bf16, None)
+    assert workspace.wanted(workspace.MIN_TOKENS, bf16, None)
+    assert not workspace.wanted(workspace.MIN_TOKENS, fp16, None)
+    assert not workspace.wanted(workspace.MIN_TOKENS, bf16, False)
+    assert workspace.wanted(1, bf16, True)
     with pytest.raises(ValueError, match="fp8_workspace: needs a bf16 query"):
-        workspace.wanted(1, fp16, device, True)
+        workspace.wanted(1, fp16, True)
     # Through the API: with the threshold lowered, a call takes the workspace by itself.
     prob = make_problem(t=8, h=8, k=64, n=40, fmt="fp8_ds_mla", device=device)
     monkeypatch.setattr(workspace, "MIN_TOKENS", 8)
@@ -109,25 +135,42 @@ def test_argument_errors(device):
 
 
 @pytest.mark.gpu
-def test_capture_keeps_the_in_kernel_conversion(monkeypatch):
-    """Inside a CUDA-graph capture the automatic choice converts in the kernel (the workspace
-    needs the distinct-row count on the host); replay equals the eager in-kernel call."""
+def test_graph_capture(monkeypatch):
+    """A workspace whose slots follow from the shapes is captured, and replays with new index
+    values like an eager call; where the rows would have to be counted on the host, the captured
+    call converts inside the kernel, and forcing the workspace there is an error."""
     dev = torch.device("cuda")
     monkeypatch.setattr(workspace, "MIN_TOKENS", 1)
-    p = make_problem(t=32, h=16, k=2048, n=512, fmt="fp8_ds_mla", device=dev, seed=4)
+    a = make_problem(t=32, h=16, k=2048, n=512, fmt="fp8_ds_mla", device=dev, seed=4)
+    b = make_problem(t=32, h=16, k=2048, n=512, fmt="fp8_ds_mla", device=dev, seed=5,
+                     invalid_frac=0)
+    kv = _fresh_rows(a.kv, 512)  # every row valid, so b's indices may name any of them
+    idx = a.indices.clone()
     out = torch.empty(32, 16, 512, dtype=torch.bfloat16, device=dev)
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        sparse_mla_attention(p.q, p.kv, p.indices, 0.07, out=out)
-    torch.cuda.current_stream().wait_stream(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        sparse_mla_attention(p.q, p.kv, p.indices, 0.07, out=out)
-    out.zero_()
+
+    def capture():
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            sparse_mla_attention(a.q, kv, idx, 0.07, out=out)
+        torch.cuda.current_stream().wait_stream(s)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            sparse_mla_attention(a.q, kv, idx, 0.07, out=out)
+        return graph
+
+    graph = capture()  # 512 slots, reuse 128: captured with the workspace
+    idx.copy_(b.indices)
     graph.replay()
     torch.cuda.synchronize()
-    assert torch.equal(out, sparse_mla_attention(p.q, p.kv, p.indices, 0.07, fp8_workspace=False))
+    assert torch.equal(out, sparse_mla_attention(a.q, kv, idx, 0.07, fp8_workspace=True))
+
+    monkeypatch.setattr(workspace, "MAX_BYTES", 100 * workspace.ROW_BYTES)  # rows to count
+    graph = capture()
+    idx.copy_(a.indices)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, sparse_mla_attention(a.q, kv, idx, 0.07, fp8_workspace=False))
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
-    with pytest.raises(ValueError, match="fp8_workspace=True: cannot be used while a CUDA graph"):
-        sparse_mla_attention(p.q, p.kv, p.indices, 0.07, fp8_workspace=True)
+    with pytest.raises(ValueError, match="cannot be done while a CUDA graph is captured"):
+        sparse_mla_attention(a.q, kv, idx, 0.07, fp8_workspace=True)

@@ -30,7 +30,7 @@ def test_all_configs_compile_and_fit(tmp_path):
     # on the sm86 family, shared memory is what decides.
     # (sm80, not measured, keeps sm90's count for its 4-warp tiles; two of them fit only one.)
     for r in records:
-        if r["config"] == "combine" or r["family"] == "sm80":
+        if r["config"] in ("combine", "workspace") or r["family"] == "sm80":
             continue
         h, n = map(int, r["config"].rsplit("/", 1)[1].split("x"))
         claim = configs.programs_per_sm(r["family"], configs.TileConfig(h, n, r["num_warps"], r["num_stages"]))

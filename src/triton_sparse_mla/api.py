@@ -87,10 +87,10 @@ def sparse_mla_attention(q, kv, indices, sm_scale, *, topk_length=None, attn_sin
         return_lse: also return ``lse [T, H]`` fp32, natural log.
         fp8_workspace: for fp8_ds_mla rows, dequantize the distinct rows the call reads into a
             bf16 workspace once and run the bf16 kernel over it (:mod:`triton_sparse_mla.workspace`:
-            up to 1 GiB, ``distinct rows x 1152`` bytes). None (default): for a bf16 q with
-            ``T >= 1024`` outside CUDA-graph capture, when each distinct row is named by 4 or
-            more entries and the workspace fits; True: always (bf16 q, not while capturing);
-            False: never (the rows are converted inside the kernel).
+            ``distinct rows x 1152`` bytes, up to 2 GiB). None (default): for a bf16 q with
+            ``T >= 1024`` when each distinct row is named by 4 or more entries and the
+            workspace fits; True: always (bf16 q); False: never (the rows are converted inside
+            the kernel).
 
     Returns:
         ``out [T, H, 512]`` in q's dtype, or ``(out, lse)`` with ``return_lse=True``. A row
@@ -102,8 +102,8 @@ def sparse_mla_attention(q, kv, indices, sm_scale, *, topk_length=None, attn_sin
 
     Launch choices depend only on shapes, format and device, so a CUDA graph captured around
     a call (after one warm-up call that compiles the kernels) replays with new index values.
-    The fp8 workspace, whose size depends on the index values, is never used while a graph is
-    captured.
+    The fp8 workspace is captured only where its size follows from the shapes; where its rows
+    must be counted on the host the captured call converts inside the kernel.
     """
     q_nope, q_pe = _split_query(q)
     device = q_nope.device
@@ -179,7 +179,7 @@ def sparse_mla_attention(q, kv, indices, sm_scale, *, topk_length=None, attn_sin
             f"q: expected CUDA tensors (or CPU tensors with TRITON_INTERPRET=1), got device {device}"
         )
 
-    if fp8 and t_count > 0 and indices.shape[1] > 0 and workspace.wanted(t_count, dtype, device,
+    if fp8 and t_count > 0 and indices.shape[1] > 0 and workspace.wanted(t_count, dtype,
                                                                        fp8_workspace):
         built = workspace.build(kv, indices, topk_length, fp8_cvt, force=fp8_workspace is True)
         if built is not None:

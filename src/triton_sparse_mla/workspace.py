@@ -4,16 +4,17 @@ In prefill every cache row is gathered by many query tokens: T tokens x K entrie
 the rows of their requests' contexts (a 4096-token chunk of one request: 8.4M entries, at most
 its context's rows). Dequantizing each distinct row once into a bf16 workspace and running the
 bf16 kernel over it replaces T x K in-kernel conversions by one per row, and lets the faster
-bf16 tiles run. The workspace holds only the distinct rows, so it costs
-``distinct rows x 1152`` bytes (plus 8 bytes per cache row and 4 per index entry while it is
-built), bounded by :data:`MAX_BYTES`; a call past the bound, or whose rows are reused too little,
-keeps the in-kernel conversion.
+bf16 tiles run (measured: BENCHMARKS.md, "fp8_ds_mla prefill through a workspace").
 
-Counting the distinct rows needs their number on the host (a device-to-host copy), so this path
-is never taken while a CUDA graph is being captured, nor for decode-sized calls
-(T < :data:`MIN_TOKENS`), which stay synchronization-free and graph-safe. It is taken only for
-a bf16 query: the workspace holds the dequantized values in q's dtype, and fp16 cannot hold
-every value an fp8_ds_mla row with a large scale encodes.
+The workspace has one slot per distinct row, ``R x 1152`` bytes (plus 8 bytes per cache row and
+4 per index entry while it is built), at most :data:`MAX_BYTES`. ``R`` is known from shapes
+alone when ``min(N, T x K)`` slots fit: then nothing waits for the device and a CUDA graph can
+capture the call. Otherwise (a large cache, as vLLM's) the distinct rows are counted and the
+count read on the host, which is never done while a graph is captured. A call whose rows are
+reused fewer than :data:`MIN_REUSE` times, or whose distinct rows do not fit, keeps the
+in-kernel conversion, and so do calls of fewer than :data:`MIN_TOKENS` query tokens (decode),
+so decode stays as it was. Only for a bf16 query: the workspace holds the dequantized values in
+q's dtype, and fp16 cannot hold every value an fp8_ds_mla row with a large scale encodes.
 
 Results equal, bit for bit, the bf16 kernel run on ``dequantize_fp8_ds_mla(kv).bfloat16()``
 (the same values, gathered in the same order).
@@ -33,18 +34,21 @@ MIN_TOKENS = 1024
 # pays one conversion per distinct row (656 bytes read, 1152 written) to save part of the cost of
 # each entry.
 MIN_REUSE = 4
-# Largest workspace (bytes of dequantized rows) a call may allocate.
-MAX_BYTES = 1 << 30
+# Largest workspace (bytes of dequantized rows) a call may allocate. Where the slots follow from
+# the shapes (min(N, T x K)), the workspace takes at most 1152/656 = 1.76x the bytes of the
+# cache it reads: under 3% of a cache split over 61 layers (DeepSeek-V3.2) or more.
+MAX_BYTES = 2 << 30
 
+ROW_BYTES = (D_NOPE + D_ROPE) * 2  # one bf16 workspace row
 _BLOCK_K = 256
 _BLOCK_R = 16
 
 
-def wanted(t_count: int, q_dtype: torch.dtype, device: torch.device, mode) -> bool:
+def wanted(t_count: int, q_dtype: torch.dtype, mode) -> bool:
     """Whether to try the workspace before looking at the indices.
 
-    ``mode``: None (automatic: bf16 q, ``T >= MIN_TOKENS``, not capturing a CUDA graph), True
-    (whenever possible) or False (never).
+    ``mode``: None (automatic: bf16 q and ``T >= MIN_TOKENS``), True (a bf16 q required) or
+    False (never).
     """
     if mode is False:
         return False
@@ -53,12 +57,11 @@ def wanted(t_count: int, q_dtype: torch.dtype, device: torch.device, mode) -> bo
             raise ValueError(f"fp8_workspace: needs a bf16 query (fp16 cannot hold every "
                              f"fp8_ds_mla value), got q of dtype {q_dtype}")
         return False
-    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-        if mode is True:
-            raise ValueError("fp8_workspace=True: cannot be used while a CUDA graph is "
-                             "captured (it reads the number of distinct rows on the host)")
-        return False
     return mode is True or t_count >= MIN_TOKENS
+
+
+def _pays(entries: int, rows: int) -> bool:
+    return rows * ROW_BYTES <= MAX_BYTES and entries >= MIN_REUSE * rows
 
 
 def build(kv: torch.Tensor, indices: torch.Tensor, topk_length, fp8_cvt: int, *, force: bool):
@@ -71,14 +74,26 @@ def build(kv: torch.Tensor, indices: torch.Tensor, topk_length, fp8_cvt: int, *,
         force: skip the reuse and size checks.
 
     Returns:
-        ``(workspace [R, 576] bf16, new_indices [T, K] int32)`` with every valid entry
-        rewritten as its row's place in the workspace and every other entry -1, or None when
-        the call should keep the in-kernel conversion (``R * 1152 > MAX_BYTES`` or fewer than
-        ``MIN_REUSE`` entries per distinct row).
+        ``(workspace [R, 576] bf16, new_indices [T, K] int32)``, every valid entry rewritten as
+        its row's slot in the workspace and every other entry -1 (slots past the distinct rows
+        stay unwritten and unnamed), or None when the call should keep the in-kernel
+        conversion.
+
+    Raises:
+        ValueError with ``force`` while a CUDA graph is captured, if the rows must be counted.
     """
     n_rows = kv.shape[0]
     t_count, topk = indices.shape
+    entries = t_count * topk
     device = kv.device
+    bound = min(n_rows, entries)
+    exact = not (force and bound * ROW_BYTES <= MAX_BYTES) and not _pays(entries, bound)
+    if exact and device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        if force:
+            raise ValueError("fp8_workspace=True: its rows must be counted on the host here "
+                             f"({bound} slots would take more than {MAX_BYTES} bytes), which "
+                             "cannot be done while a CUDA graph is captured")
+        return None
     common = dict(idx_ptr=indices, len_ptr=topk_length, n_rows=n_rows, topk=topk,
                   stride_idx_t=indices.stride(0), HAS_LEN=topk_length is not None,
                   BLOCK_K=_BLOCK_K)
@@ -87,15 +102,16 @@ def build(kv: torch.Tensor, indices: torch.Tensor, topk_length, fp8_cvt: int, *,
     mark_rows_kernel[grid](mark_ptr=mark, **common)
     pos = torch.cumsum(mark, 0, dtype=torch.int32)
     del mark
-    distinct = int(pos[-1]) if n_rows > 0 else 0
-    row_bytes = (D_NOPE + D_ROPE) * 2
-    if not force and (distinct * row_bytes > MAX_BYTES or t_count * topk < MIN_REUSE * distinct):
-        return None
+    slots = bound
+    if exact:
+        slots = int(pos[-1]) if n_rows > 0 else 0  # waits for the device
+        if not force and not _pays(entries, slots):
+            return None
     new_indices = torch.empty(t_count, topk, dtype=torch.int32, device=device)
     remap_kernel[grid](pos_ptr=pos, new_idx_ptr=new_indices, stride_new_t=new_indices.stride(0),
                        **common)
-    workspace = torch.empty(max(distinct, 1), D_NOPE + D_ROPE, dtype=torch.bfloat16, device=device)
-    if distinct > 0:
+    workspace = torch.empty(max(slots, 1), D_NOPE + D_ROPE, dtype=torch.bfloat16, device=device)
+    if n_rows > 0:
         upconvert_kernel[(triton.cdiv(n_rows, _BLOCK_R),)](
             kv_ptr=kv, pos_ptr=pos, ws_ptr=workspace, n_rows=n_rows, stride_kv=kv.stride(0),
             stride_ws=workspace.stride(0), FP8_CVT=fp8_cvt, D_PE=D_ROPE, BLOCK_R=_BLOCK_R)

@@ -88,7 +88,7 @@ def sparse_mla_attention(q, kv, indices, sm_scale, *, topk_length=None, attn_sin
         fp8_workspace: for fp8_ds_mla rows, dequantize the distinct rows the call reads into a
             bf16 workspace once and run the bf16 kernel over it (:mod:`triton_sparse_mla.workspace`:
             ``distinct rows x 1152`` bytes, up to 2 GiB). None (default): for a bf16 q with
-            ``T >= 1024`` when each distinct row is named by 4 or more entries and the
+            ``T >= 1024`` when each distinct row is named by 8 or more entries and the
             workspace fits; True: always (bf16 q); False: never (the rows are converted inside
             the kernel).
 

@@ -77,6 +77,13 @@ def test_little_reuse_keeps_the_in_kernel_conversion(device):
     assert ws.shape[0] == 40  # min(N, T x K) slots: known without counting
 
 
+def test_slots_over_the_shape_limit_are_counted(device, monkeypatch):
+    prob = make_problem(t=8, h=8, k=64, n=40, fmt="fp8_ds_mla", device=device, invalid_frac=0)
+    monkeypatch.setattr(workspace, "SHAPE_MAX_BYTES", 10 * workspace.ROW_BYTES)
+    ws, _ = workspace.build(prob.kv, prob.indices, None, 0, force=True)
+    assert ws.shape[0] == len(torch.unique(prob.indices.cpu()))
+
+
 def test_rows_counted_where_the_shapes_do_not_bound_them(device, monkeypatch):
     # 6 x 64 entries over 5000 rows, all inside a window of 30: the bound (min(N, T x K) = 384
     # slots) fails the reuse test, the counted 30 rows pass it.
@@ -165,7 +172,7 @@ def test_graph_capture(monkeypatch):
     torch.cuda.synchronize()
     assert torch.equal(out, sparse_mla_attention(a.q, kv, idx, 0.07, fp8_workspace=True))
 
-    monkeypatch.setattr(workspace, "MAX_BYTES", 100 * workspace.ROW_BYTES)  # rows to count
+    monkeypatch.setattr(workspace, "SHAPE_MAX_BYTES", 100 * workspace.ROW_BYTES)  # rows to count
     graph = capture()
     idx.copy_(a.indices)
     graph.replay()

@@ -7,14 +7,16 @@ bf16 kernel over it replaces T x K in-kernel conversions by one per row, and let
 bf16 tiles run (measured: BENCHMARKS.md, "fp8_ds_mla prefill through a workspace").
 
 The workspace has one slot per distinct row, ``R x 1152`` bytes (plus 8 bytes per cache row and
-4 per index entry while it is built), at most :data:`MAX_BYTES`. ``R`` is known from shapes
-alone when ``min(N, T x K)`` slots fit: then nothing waits for the device and a CUDA graph can
-capture the call. Otherwise (a large cache, as vLLM's) the distinct rows are counted and the
-count read on the host, which is never done while a graph is captured. A call whose rows are
-reused fewer than :data:`MIN_REUSE` times, or whose distinct rows do not fit, keeps the
-in-kernel conversion, and so do calls of fewer than :data:`MIN_TOKENS` query tokens (decode),
-so decode stays as it was. Only for a bf16 query: the workspace holds the dequantized values in
-q's dtype, and fp16 cannot hold every value an fp8_ds_mla row with a large scale encodes.
+4 per index entry while it is built), at most :data:`MAX_BYTES`. ``R`` is taken from the shapes
+when ``min(N, T x K)`` slots take at most :data:`SHAPE_MAX_BYTES`: then nothing waits for the
+device and a CUDA graph can capture the call. Otherwise (a large cache, as vLLM's, which holds
+every request's rows) the distinct rows are counted and the count read on the host, so the
+workspace takes only what the call reads; that is never done while a graph is captured. A call
+whose rows are reused fewer than :data:`MIN_REUSE` times, or whose distinct rows do not fit,
+keeps the in-kernel conversion, and so do calls of fewer than :data:`MIN_TOKENS` query tokens
+(decode), so decode stays as it was. Only for a bf16 query: the workspace holds the dequantized
+values in q's dtype, and fp16 cannot hold every value an fp8_ds_mla row with a large scale
+encodes.
 
 Results equal, bit for bit, the bf16 kernel run on ``dequantize_fp8_ds_mla(kv).bfloat16()``
 (the same values, gathered in the same order).
@@ -36,11 +38,12 @@ MIN_TOKENS = 1024
 # each entry. 8 is the least reuse measured (H200, T=4096 over 1M rows: 1.03-1.23x faster);
 # prefill inside one request's context reuses each row 100 times or more.
 MIN_REUSE = 8
-# Largest workspace (bytes of dequantized rows) a call may allocate. Where the slots follow from
-# the shapes (min(N, T x K)), the workspace takes at most 1152/656 = 1.76x the bytes of the
-# cache it reads: under 3% of a cache split over 61 layers (DeepSeek-V3.2) or more.
+# Largest workspace (bytes of dequantized rows) a call may allocate.
 MAX_BYTES = 2 << 30
-
+# Largest workspace sized from the shapes alone (min(N, T x K) slots, counted rows or not): a
+# 32K-row cache (38 MB) is; a 1M-row cache (1.2 GB) is counted, so that a large cache whose
+# calls read few of its rows (vLLM's) never reserves slots for the rest.
+SHAPE_MAX_BYTES = 256 << 20
 ROW_BYTES = (D_NOPE + D_ROPE) * 2  # one bf16 workspace row
 _BLOCK_K = 256
 _BLOCK_R = 16
@@ -62,8 +65,8 @@ def wanted(t_count: int, q_dtype: torch.dtype, mode) -> bool:
     return mode is True or t_count >= MIN_TOKENS
 
 
-def _pays(entries: int, rows: int) -> bool:
-    return rows * ROW_BYTES <= MAX_BYTES and entries >= MIN_REUSE * rows
+def _pays(entries: int, rows: int, max_bytes: int) -> bool:
+    return rows * ROW_BYTES <= max_bytes and entries >= MIN_REUSE * rows
 
 
 def build(kv: torch.Tensor, indices: torch.Tensor, topk_length, fp8_cvt: int, *, force: bool):
@@ -89,12 +92,13 @@ def build(kv: torch.Tensor, indices: torch.Tensor, topk_length, fp8_cvt: int, *,
     entries = t_count * topk
     device = kv.device
     bound = min(n_rows, entries)
-    exact = not (force and bound * ROW_BYTES <= MAX_BYTES) and not _pays(entries, bound)
+    from_shapes = bound * ROW_BYTES <= SHAPE_MAX_BYTES and (force or entries >= MIN_REUSE * bound)
+    exact = not from_shapes
     if exact and device.type == "cuda" and torch.cuda.is_current_stream_capturing():
         if force:
             raise ValueError("fp8_workspace=True: its rows must be counted on the host here "
-                             f"({bound} slots would take more than {MAX_BYTES} bytes), which "
-                             "cannot be done while a CUDA graph is captured")
+                             f"({bound} slots would take more than {SHAPE_MAX_BYTES} bytes), "
+                             "which cannot be done while a CUDA graph is captured")
         return None
     common = dict(idx_ptr=indices, len_ptr=topk_length, n_rows=n_rows, topk=topk,
                   stride_idx_t=indices.stride(0), HAS_LEN=topk_length is not None,
@@ -107,7 +111,7 @@ def build(kv: torch.Tensor, indices: torch.Tensor, topk_length, fp8_cvt: int, *,
     slots = bound
     if exact:
         slots = int(pos[-1]) if n_rows > 0 else 0  # waits for the device
-        if not force and not _pays(entries, slots):
+        if not force and not _pays(entries, slots, MAX_BYTES):
             return None
     new_indices = torch.empty(t_count, topk, dtype=torch.int32, device=device)
     remap_kernel[grid](pos_ptr=pos, new_idx_ptr=new_indices, stride_new_t=new_indices.stride(0),

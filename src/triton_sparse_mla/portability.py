@@ -2,7 +2,8 @@
 
 For each architecture family in :data:`configs.CONFIGS` and each compile target of that family,
 the main kernel is compiled (both formats, final and partial outputs, with and without rope),
-and so are the combine kernel and the fp8 prefill workspace's kernels; the shared memory each needs is compared with the family's limit.
+and so are the combine kernel and the fp8 prefill workspace's kernels; the shared memory each
+needs is compared with the family's limit.
 Pointer and stride arguments are hinted divisible by 16, as real launches specialise them, so
 the software pipeline (and its shared memory) is the one a real launch gets.
 

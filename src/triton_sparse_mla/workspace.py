@@ -31,7 +31,8 @@ from .formats import D_NOPE, D_ROPE
 from .kernels.dedup import mark_rows_kernel, remap_kernel, upconvert_kernel
 
 # Calls with fewer query tokens keep the in-kernel conversion, so decode is unchanged (H200,
-# 2026-12-01: T=1024 H=16 over 32K rows 1.44x faster through the workspace, T=512 0.75x).
+# 2026-12-01, run 48, before the mark pass was sped up: T=1024 H=16 over 32K rows 1.43x faster
+# through the workspace, T=512 0.75x).
 MIN_TOKENS = 1024
 # Index entries per distinct row below which the in-kernel conversion is kept: the workspace
 # pays one conversion per distinct row (656 bytes read, 1152 written) to save part of the cost of
@@ -92,7 +93,8 @@ def build(kv: torch.Tensor, indices: torch.Tensor, topk_length, fp8_cvt: int, *,
     entries = t_count * topk
     device = kv.device
     bound = min(n_rows, entries)
-    from_shapes = bound * ROW_BYTES <= SHAPE_MAX_BYTES and (force or entries >= MIN_REUSE * bound)
+    from_shapes = (_pays(entries, bound, SHAPE_MAX_BYTES) if not force
+                   else bound * ROW_BYTES <= SHAPE_MAX_BYTES)
     exact = not from_shapes
     if exact and device.type == "cuda" and torch.cuda.is_current_stream_capturing():
         if force:

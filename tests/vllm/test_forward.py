@@ -99,3 +99,52 @@ def test_forward_matches_reference(model, kv_dtype, heads, rope, model_dirs, reg
     assert torch.isfinite(got).all()
     assert torch.equal(got[-2:], torch.zeros_like(got[-2:])), "padded rows must be zeros"
     torch.testing.assert_close(got, ref.float(), atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("setting", ["auto", "off"])
+def test_fp8_prefill_workspace_through_vllm(setting, model_dirs, registered, cpu_vllm, monkeypatch):
+    """The fp8 prefill workspace (taken here from 1 token on) inside vLLM's forward: the
+    paged cache's flat rows, its -1 padding and valid counts, against the reference; with
+    TRITON_SPARSE_MLA_FP8_WORKSPACE=off it is never built."""
+    from vllm.config import set_current_vllm_config
+
+    from triton_sparse_mla import workspace
+    from triton_sparse_mla.reference import sparse_mla_reference
+
+    monkeypatch.setattr(workspace, "MIN_TOKENS", 1)
+    monkeypatch.setenv("TRITON_SPARSE_MLA_FP8_WORKSPACE", setting)
+    built = []
+    build = workspace.build
+    monkeypatch.setattr(workspace, "build", lambda *a, **k: built.append(build(*a, **k)) or built[-1])
+    heads = 8
+    config = make_vllm_config(model_dirs["deepseek_v32"], kv_cache_dtype="fp8_ds_mla")
+    layer, topk_buffer = build_layer(config, num_heads=heads, rope_dim=64, topk=TOPK, device=DEVICE)
+    builder = build_builder(config, layer, device=DEVICE)
+    batch = build_batch([6, 4], [40, 30], num_blocks=NUM_BLOCKS, device=DEVICE)
+    metadata = builder.build(0, batch.common)
+    kv_cache, _ = paged_cache(batch, num_blocks=NUM_BLOCKS, width=576, dtype=torch.uint8, device=DEVICE)
+    logical, owners = _topk_rows(batch, seed=3)
+    topk_buffer[: batch.num_tokens] = logical.to(DEVICE)
+    g = torch.Generator().manual_seed(4)
+    T = batch.num_tokens
+    q_nope = torch.randn(T, heads, 512, generator=g).to(torch.bfloat16).to(DEVICE)
+    q_pe = torch.randn(T, heads, 64, generator=g).to(torch.bfloat16).to(DEVICE)
+    if DEVICE == "cpu":
+        layer.impl.group_conversion_decode_only = True
+    with set_current_vllm_config(config):
+        out, _ = layer.impl.forward_mqa((q_nope, q_pe), kv_cache, metadata, layer)
+    assert (len(built) == 1 and built[0] is not None) if setting == "auto" else not built
+    rows = physical_rows(batch, owners, logical)
+    flat = kv_cache.as_strided((NUM_BLOCKS * 128, kv_cache.shape[2]), (kv_cache.shape[2], 1)).cpu()
+    ref, _ = sparse_mla_reference((q_nope.cpu(), q_pe.cpu()), flat, rows.to(torch.int32),
+                                  layer.impl.scale)
+    torch.testing.assert_close(out.float().cpu(), ref.float(), atol=2e-2, rtol=2e-2)
+
+
+def test_fp8_workspace_setting_rejects_unknown_values():
+    from triton_sparse_mla.vllm_plugin.impl import fp8_workspace_setting
+
+    assert fp8_workspace_setting({}) is None
+    assert fp8_workspace_setting({"TRITON_SPARSE_MLA_FP8_WORKSPACE": "OFF"}) is False
+    with pytest.raises(ValueError, match="TRITON_SPARSE_MLA_FP8_WORKSPACE: expected 'auto' or 'off', got 'no'"):
+        fp8_workspace_setting({"TRITON_SPARSE_MLA_FP8_WORKSPACE": "no"})

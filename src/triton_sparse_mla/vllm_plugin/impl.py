@@ -9,6 +9,7 @@ valid ones compacted to the front) and per-token valid counts, then calls
 
 from __future__ import annotations
 
+import os
 from typing import ClassVar
 
 import torch
@@ -26,6 +27,21 @@ from .selection import BACKEND_NAME
 # Zero rope queries for NoPE models on fp8_ds_mla rows, shared by all layers:
 # (device, dtype, heads) -> [rows, heads, 64] zeros.
 _ZERO_Q_PE: dict[tuple, torch.Tensor] = {}
+
+
+WORKSPACE_ENV = "TRITON_SPARSE_MLA_FP8_WORKSPACE"
+
+
+def fp8_workspace_setting(environ=None):
+    """``fp8_workspace`` for every call, from ``TRITON_SPARSE_MLA_FP8_WORKSPACE``: ``auto``
+    (default: fp8_ds_mla prefill of 1024 or more tokens through the workspace of distinct rows,
+    :mod:`triton_sparse_mla.workspace`) or ``off`` (the rows are always converted in the
+    kernel; no workspace memory)."""
+    env = os.environ if environ is None else environ
+    value = env.get(WORKSPACE_ENV, "auto").strip().lower()
+    if value not in ("auto", "off"):
+        raise ValueError(f"{WORKSPACE_ENV}: expected 'auto' or 'off', got {value!r}")
+    return None if value == "auto" else False
 
 
 class TritonMLASparseImpl(SparseMLACommonImpl[TritonMLASparseMetadata]):
@@ -86,6 +102,7 @@ class TritonMLASparseImpl(SparseMLACommonImpl[TritonMLASparseMetadata]):
         # The kernel reads bf16/fp16 queries; never hand it an fp8-quantized query.
         self.supports_quant_query_input = False
         self._zero_q_pe: torch.Tensor | None = None
+        self._fp8_workspace = fp8_workspace_setting()
         if kv_cache_dtype == "fp8_ds_mla" and self.qk_rope_head_dim == 0:
             self._zero_q_pe = _reserve_zero_q_pe(num_heads, self.topk_indices_buffer)
 
@@ -122,6 +139,7 @@ class TritonMLASparseImpl(SparseMLACommonImpl[TritonMLASparseMetadata]):
             self.scale,
             topk_length=valid_counts,
             return_lse=self.need_to_return_lse_for_decode,
+            fp8_workspace=self._fp8_workspace,
         )
         if self.need_to_return_lse_for_decode:
             return result

@@ -159,6 +159,8 @@ def sparse_mla_attention(q, kv, indices, sm_scale, *, topk_length=None, attn_sin
         _check_tensor("attn_sink", attn_sink, dtype=torch.float32, rank=1, device=device)
         if attn_sink.shape[0] != h_count:
             raise ValueError(f"attn_sink: expected shape [{h_count}] (q's heads), got {list(attn_sink.shape)}")
+    if fp8_workspace is not None and not isinstance(fp8_workspace, bool):
+        raise TypeError(f"fp8_workspace: expected None, True or False, got {fp8_workspace!r}")
 
     if out is None:
         out = torch.empty(t_count, h_count, D_V, dtype=dtype, device=device)
@@ -167,8 +169,6 @@ def sparse_mla_attention(q, kv, indices, sm_scale, *, topk_length=None, attn_sin
         if tuple(out.shape) != (t_count, h_count, D_V):
             raise ValueError(f"out: expected shape {[t_count, h_count, D_V]}, got {list(out.shape)}")
     lse = torch.empty(t_count, h_count, dtype=torch.float32, device=device) if return_lse else None
-    if fp8_workspace is not None and not isinstance(fp8_workspace, bool):
-        raise TypeError(f"fp8_workspace: expected None, True or False, got {fp8_workspace!r}")
 
     if device.type == "cuda":
         family, sm_count, fp8_cvt = configs.device_traits(device.index if device.index is not None else torch.cuda.current_device())

@@ -2,7 +2,8 @@
 
 On a GPU the problems are decode- and prefill-sized (the prefill size, 1024 tokens over 32K
 rows, takes the fp8_ds_mla workspace of :mod:`triton_sparse_mla.workspace`); on a CPU (through
-Triton's interpreter) they are small. One verdict line per format and geometry; the return value says if all passed.
+Triton's interpreter) they are small. One verdict line per format and geometry; the return
+value says if all passed.
 """
 
 from __future__ import annotations

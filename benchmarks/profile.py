@@ -3,16 +3,39 @@
 Each workload is run once before profiling starts (compilation, autotuning of nothing, caches
 built), so the profiled launches are the steady-state kernels. Run under
 ``ncu --profile-from-start off ... python3 benchmarks/profile.py [WORKLOAD ...]`` where a
-workload is ``T,H,FORMAT`` (default: the decode workloads whose targets are missed at 8-16 heads,
-with bf16 beside them for contrast). ``benchmarks/device_run.sh ncu`` does that.
+workload is ``T,H,FORMAT[,FIELD]`` (default: the decode workloads whose targets are missed at
+8-16 heads, with bf16 beside them for contrast); ``FIELD`` turns that boolean ``TileConfig``
+field on in the shipped tile (e.g. ``128,16,fp8_ds_mla,fp8_vec8``). ``benchmarks/device_run.sh
+ncu`` does that, with ``PROFILE_WORKLOADS`` for other workloads.
 """
 
+import contextlib
+import dataclasses
 import sys
 
 import torch
 
-from triton_sparse_mla import sparse_mla_attention
+from triton_sparse_mla import configs, sparse_mla_attention
 from triton_sparse_mla.bench import Caches, Workload, make_inputs
+
+
+@contextlib.contextmanager
+def field_on(field):
+    """The shipped plans, with ``field`` of their tile set (nothing when ``field`` is None)."""
+    if field is None:
+        yield
+        return
+    shipped = configs.plan_launch
+
+    def plan(*args, **kwargs):
+        p = shipped(*args, **kwargs)
+        return dataclasses.replace(p, tile=dataclasses.replace(p.tile, **{field: True}))
+
+    configs.plan_launch = plan
+    try:
+        yield
+    finally:
+        configs.plan_launch = shipped
 
 DEFAULT = ["128,16,fp8_ds_mla", "128,16,bf16", "128,8,fp8_ds_mla"]
 
@@ -21,11 +44,15 @@ def main(specs):
     caches = Caches()
     calls = []
     for spec in specs:
-        t, h, fmt = spec.split(",")
+        t, h, fmt, *field = spec.split(",")
         w = Workload("decode" if int(t) <= 512 else "prefill", int(t), int(h), fmt)
         q, kv, idx, lengths = make_inputs(w, caches)
-        calls.append((w.name, lambda q=q, kv=kv, idx=idx, n=lengths:
-                      sparse_mla_attention(q, kv, idx, 576 ** -0.5, topk_length=n)))
+
+        def call(q=q, kv=kv, idx=idx, n=lengths, field=field[0] if field else None):
+            with field_on(field):
+                sparse_mla_attention(q, kv, idx, 576 ** -0.5, topk_length=n)
+
+        calls.append((w.name + (f" {field[0]}" if field else ""), call))
     for _, fn in calls:
         fn()
     torch.cuda.synchronize()

@@ -2,8 +2,9 @@
 
 Reads ``ncu --page source --csv --print-source sass`` output (gzip or plain), one block per
 profiled kernel, and prints per kernel: the share of each warp-stall reason over all samples,
-the executed instructions by opcode per loop step, and the instructions with the most stall
-samples. A step is one BLOCK_N-row tile of one warp: pass the number of warp-steps the launch
+the executed instructions by opcode per loop step, the shared-memory wavefronts and global
+sectors of each memory opcode against their ideal (bank conflicts, misaligned gathers), and the
+instructions with the most stall samples. A step is one BLOCK_N-row tile of one warp: pass the number of warp-steps the launch
 ran for each kernel (programs x warps x steps) to get per-step counts.
 
 Usage: python benchmarks/ncu_summary.py SOURCE.csv[.gz] [WARP_STEPS ...]
@@ -58,12 +59,36 @@ def summarise(header, rows, warp_steps, top=12):
     lines.append("opcodes (executed per warp-step, share of stall samples):")
     for op, n in mix.most_common(16):
         lines.append(f"  {op:10} {n / per:8.1f}  {100 * mix_stalls[op] / total:5.1f}%")
+    lines.append("memory opcodes (shared wavefronts / ideal, L2 sectors / ideal, per warp-step):")
+    lines.extend(memory_lines(col, rows, per))
     lines.append("most-sampled instructions:")
     for r in sorted(rows, key=lambda r: -int(r[samples] or 0))[:top]:
         reasons = sorted(((int(r[col[c]] or 0), c[6:]) for c in stall_cols), reverse=True)[:2]
         lines.append(f"  {int(r[samples]):6d}  {r[col['Source']].strip()[:56]:56}  "
                      + ", ".join(f"{name} {n}" for n, name in reasons))
     return "\n".join(lines)
+
+
+MEMORY_COLUMNS = ("L1 Wavefronts Shared", "L1 Wavefronts Shared Ideal",
+                  "L2 Theoretical Sectors Global", "L2 Theoretical Sectors Global Ideal")
+
+
+def memory_lines(col, rows, per):
+    if any(c not in col for c in MEMORY_COLUMNS):
+        return ["  (not in this export)"]
+    sums = collections.defaultdict(lambda: [0.0] * len(MEMORY_COLUMNS))
+    for r in rows:
+        words = r[col["Source"]].split()
+        words = words[1:] if words and words[0].startswith("@") else words
+        op = ".".join(words[0].split(".")[:2]) if words else "?"  # LDS.128, LDGSTS.E, ...
+        vals = [float((r[col[c]] or "0").replace(",", "")) for c in MEMORY_COLUMNS]
+        if any(vals):
+            sums[op] = [a + v for a, v in zip(sums[op], vals)]
+    totals = [sum(v[i] for v in sums.values()) for i in range(len(MEMORY_COLUMNS))]
+    out = []
+    for op, (w, wi, g, gi) in sorted(sums.items(), key=lambda kv: -kv[1][0]) + [("all", totals)]:
+        out.append(f"  {op:12} {w / per:9.1f} / {wi / per:9.1f}   {g / per:9.1f} / {gi / per:9.1f}")
+    return out
 
 
 def main(argv):

@@ -126,15 +126,6 @@ def test_fp8_rows_into_fp16_operands(tile, device):
     _check_tile("fp8", tile, device, q_gain=1e5)
 
 
-@pytest.mark.parametrize("tile", [configs.TileConfig(16, 32, 4, 3, fp8_f16=True, fp8_vec8=True),
-                                  configs.TileConfig(64, 64, 8, 2, exchange_p=True, fp8_vec8=True)],
-                         ids=["16x32-f16", "64x64-exchange"])
-def test_fp8_rows_gathered_8_bytes_per_thread(tile, device):
-    """fp8_ds_mla bytes gathered 8 per thread (``fp8_vec8``) match the reference, split and
-    not, with lengths and invalid ids."""
-    _check_tile("fp8", tile, device)
-
-
 def _check_tile(kind, tile, device, q_gain=1.0):
     fmt = "fp8_ds_mla" if kind == "fp8" else "bf16"
     prob = make_problem(t=3, h=20, k=100, n=300, fmt=fmt, device=device, topk_length="partial",

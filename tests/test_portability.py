@@ -167,34 +167,3 @@ def test_bf16_query_scaled_before_fp16(tmp_path):
     for cap in ("sm90", "sm120"):
         assert counts[cap]["q_scale"] == 2.0 ** -8, counts
         assert counts[cap]["f32_scaled"] == 16 * 576 // 128, counts
-
-
-_VEC8_PROBE = r"""
-import collections, json, re, sys
-from triton_sparse_mla import configs, portability
-out = {}
-for cap, family in ((90, "sm90"), (120, "sm86"), (80, "sm80")):
-    for vec8 in (False, True):
-        tile = configs.TileConfig(16, 32, 4, 2, fp8_f16=cap != 80, fp8_vec8=vec8)
-        label, kernel, types, cx, div, warps, stages = next(
-            v for v in portability._main_kernel_variants(tile, cap, True, family) if "partial=0" in v[0])
-        k = portability._compile(kernel, types, cx, div, cap, warps, stages)
-        sizes = re.findall(r"cp\.async\.c[ga]\.shared\.global(?:\.L2::\w+)?\s+\[[^\]]+\],\s*\[[^\]]+\],\s*(\w+)", k.asm["ptx"])
-        out[f"sm{cap}/{int(vec8)}"] = dict(collections.Counter(int(n, 0) for n in sizes), shared=k.metadata.shared)
-json.dump(out, open(sys.argv[1], "w"))
-"""
-
-
-def test_fp8_gather_vector_width(tmp_path):
-    """``fp8_vec8`` makes the latent bytes of an fp8 tile arrive by 8-byte cp.async instead
-    of 16-byte ones (the hint ``tl.max_contiguous`` caps the width the compiler derives); the
-    rope's 16-byte copies and the shared memory stay as they are. Per thread and pipeline
-    stage (2 here) a 32-row tile of 512 latent bytes is 8 copies of 16 bytes, or 16 of 8. (The
-    4-byte scale copies: 8 and 8 under Triton 3.8, 16 and 32 under 3.6, which issues one per
-    row a thread holds.)"""
-    counts = _probe(_VEC8_PROBE, tmp_path)
-    for cap in ("sm90", "sm120", "sm80"):
-        off, on = counts[f"{cap}/0"], counts[f"{cap}/1"]
-        assert "8" not in off and on["8"] == 16 * 2, counts
-        assert off["16"] - on["16"] == 8 * 2, counts
-        assert on["shared"] == off["shared"], counts

@@ -47,9 +47,6 @@ class TileConfig:
     # sm90 16- and 32-head tiles, 1.05-1.09x on the sm86 tiles at SM120's residency, 0.70x on
     # the 64-head exchange tile (it spills). No effect on bf16/fp16 rows.
     fp8_f16: bool = False
-    # fp8_ds_mla bytes gathered 8 per thread instead of 16, so that the dequantized tile is
-    # stored into shared memory without bank conflicts (kernels/common.py load_latent_tile).
-    fp8_vec8: bool = False
 
 
 @dataclass(frozen=True)

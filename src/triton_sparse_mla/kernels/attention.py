@@ -76,7 +76,6 @@ def sparse_mla_fwd_kernel(
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, INTERPRET: tl.constexpr,
     DTYPE: tl.constexpr, PIN_CVT: tl.constexpr, EXCHANGE_P: tl.constexpr,
     PREFETCH_IDX: tl.constexpr, FP8_F16: tl.constexpr, Q_SCALE: tl.constexpr,
-    FP8_VEC8: tl.constexpr = False,
 ):
     tl.static_assert(BLOCK_N >= 16, "tl.dot needs at least 16 rows per tile")
     tl.static_assert(BLOCK_H >= 16, "tl.dot needs at least 16 heads per tile (pad in registers)")
@@ -134,14 +133,10 @@ def sparse_mla_fwd_kernel(
             b_idx = tl.load(p_idx + o_n, mask=m_n, other=-1)
         m_n = m_n & (b_idx >= 0) & (b_idx < n_rows)
         p_row = kv_ptr + b_idx.to(tl.int64) * stride_kv  # [BLOCK_N]
-        b_k0 = load_latent_tile(p_row, m_n, 0, FP8, FP8_CVT, DTYPE, PIN_CVT, FP8_F16,
-                                FP8_VEC8)  # [BLOCK_N, 128]
-        b_k1 = load_latent_tile(p_row, m_n, 1, FP8, FP8_CVT, DTYPE, PIN_CVT, FP8_F16,
-                                FP8_VEC8)
-        b_k2 = load_latent_tile(p_row, m_n, 2, FP8, FP8_CVT, DTYPE, PIN_CVT, FP8_F16,
-                                FP8_VEC8)
-        b_k3 = load_latent_tile(p_row, m_n, 3, FP8, FP8_CVT, DTYPE, PIN_CVT, FP8_F16,
-                                FP8_VEC8)
+        b_k0 = load_latent_tile(p_row, m_n, 0, FP8, FP8_CVT, DTYPE, PIN_CVT, FP8_F16)  # [BLOCK_N, 128]
+        b_k1 = load_latent_tile(p_row, m_n, 1, FP8, FP8_CVT, DTYPE, PIN_CVT, FP8_F16)
+        b_k2 = load_latent_tile(p_row, m_n, 2, FP8, FP8_CVT, DTYPE, PIN_CVT, FP8_F16)
+        b_k3 = load_latent_tile(p_row, m_n, 3, FP8, FP8_CVT, DTYPE, PIN_CVT, FP8_F16)
         b_s = score_part(b_q0, b_k0, EXCHANGE_P, INTERPRET)  # [BLOCK_H, BLOCK_N]
         b_s += score_part(b_q1, b_k1, EXCHANGE_P, INTERPRET)
         b_s += score_part(b_q2, b_k2, EXCHANGE_P, INTERPRET)
@@ -296,7 +291,7 @@ def launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_
         HAS_LEN=topk_length is not None, HAS_SINK=attn_sink is not None,
         DTYPE=tl.float16 if dtype == torch.float16 else tl.bfloat16, EXCHANGE_P=exchange_p,
         BLOCK_H=block_h, BLOCK_N=block_n, INTERPRET=interpret, PREFETCH_IDX=tile.prefetch_idx,
-        FP8_F16=fp8_f16, Q_SCALE=q_scale, FP8_VEC8=fp8 and tile.fp8_vec8,
+        FP8_F16=fp8_f16, Q_SCALE=q_scale,
         PIN_CVT=fp8 and plan.pin_conversion and not interpret,  # the interpreter runs no PTX
         num_warps=tile.num_warps, num_stages=tile.num_stages,
     )

@@ -85,8 +85,7 @@ def convert_here(b_x):
 
 @triton.jit
 def load_latent_tile(p_row, m_n, J: tl.constexpr, FP8: tl.constexpr, FP8_CVT: tl.constexpr,
-                     DTYPE: tl.constexpr, PIN: tl.constexpr, F16: tl.constexpr = False,
-                     VEC8: tl.constexpr = False):
+                     DTYPE: tl.constexpr, PIN: tl.constexpr, F16: tl.constexpr = False):
     """Latent columns ``[128 J, 128 J + 128)`` of BLOCK_N gathered rows, ``[BLOCK_N, 128]``.
 
     ``p_row`` [BLOCK_N] row pointers (element pointers for bf16/fp16 rows, byte pointers for
@@ -97,20 +96,9 @@ def load_latent_tile(p_row, m_n, J: tl.constexpr, FP8: tl.constexpr, FP8_CVT: tl
     and the scale is rounded to it, one packed multiply per two values instead of the fp32
     round trip; a scale under 2^-14 (a tile whose largest value is under 0.027) is an fp16
     subnormal and loses precision, values stay finite up to 65504.
-
-    With ``VEC8`` (``TileConfig.fp8_vec8``) an fp8 tile is gathered 8 bytes per thread instead
-    of 16. Each thread then holds 8 dequantized values of a row, one 16-byte piece of the
-    swizzled shared-memory tile the dots read, and the 8 threads of a store phase write 8
-    different bank groups. With 16 bytes per thread they write 2 pieces each, only even ones or
-    only odd ones, and every such store takes two passes (ncu, H200, 2026-12-01, run 52: the
-    fp8 16x32 tile's dequantized-tile stores at 2.0x their ideal wavefronts).
     """
     o_c = J * LATENT_TILE + tl.arange(0, LATENT_TILE)
-    p_c = p_row[:, None] + o_c[None, :]
-    if FP8 and VEC8:
-        # A hint that caps the vector width the compiler derives (16 bytes from the offsets).
-        p_c = tl.max_contiguous(p_c, [1, 8])
-    b_raw = tl.load(p_c, mask=m_n[:, None], other=0)
+    b_raw = tl.load(p_row[:, None] + o_c[None, :], mask=m_n[:, None], other=0)
     # (no early return: Triton 3.6 compiles the code after a constexpr-guarded return)
     if FP8:
         p_scale = (p_row + FP8_SCALE_BYTE).to(tl.pointer_type(tl.float32)) + J

@@ -139,6 +139,12 @@ def test_argument_errors(device):
     q16 = prob.q.to(torch.float16)
     with pytest.raises(ValueError, match="fp8_workspace: needs a bf16 query"):
         sparse_mla_attention(q16, prob.kv, prob.indices, 0.1, fp8_workspace=True)
+    bf16_rows = make_problem(t=2, h=8, k=64, n=100, fmt="bf16", device=device)
+    with pytest.raises(ValueError, match="fp8_workspace: True needs fp8_ds_mla rows .* got kv of "
+                                         "dtype torch.bfloat16"):
+        _call(bf16_rows, fp8_workspace=True)
+    # False (and None) on bf16 rows is the plain kernel, as without the argument.
+    assert torch.equal(_call(bf16_rows, fp8_workspace=False)[0], _call(bf16_rows)[0])
 
 
 @pytest.mark.gpu

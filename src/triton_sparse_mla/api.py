@@ -89,8 +89,8 @@ def sparse_mla_attention(q, kv, indices, sm_scale, *, topk_length=None, attn_sin
             bf16 workspace once and run the bf16 kernel over it (:mod:`triton_sparse_mla.workspace`:
             ``distinct rows x 1152`` bytes, up to 2 GiB). None (default): for a bf16 q with
             ``T >= 1024`` when each distinct row is named by 8 or more entries and the
-            workspace fits; True: always (bf16 q); False: never (the rows are converted inside
-            the kernel).
+            workspace fits; True: always (bf16 q and fp8_ds_mla rows required); False: never
+            (the rows are converted inside the kernel).
 
     Returns:
         ``out [T, H, 512]`` in q's dtype, or ``(out, lse)`` with ``return_lse=True``. A row
@@ -161,6 +161,9 @@ def sparse_mla_attention(q, kv, indices, sm_scale, *, topk_length=None, attn_sin
             raise ValueError(f"attn_sink: expected shape [{h_count}] (q's heads), got {list(attn_sink.shape)}")
     if fp8_workspace is not None and not isinstance(fp8_workspace, bool):
         raise TypeError(f"fp8_workspace: expected None, True or False, got {fp8_workspace!r}")
+    if fp8_workspace is True and not fp8:
+        raise ValueError(f"fp8_workspace: True needs fp8_ds_mla rows (uint8 [N, 656]), got kv "
+                         f"of dtype {kv.dtype}")
 
     if out is None:
         out = torch.empty(t_count, h_count, D_V, dtype=dtype, device=device)

@@ -11,7 +11,11 @@ project's plugin. On the device machine:
     bash benchmarks/vllm_device_setup.sh python3 benchmarks/vllm_e2e.py OUT.json
 
 Usage: vllm_e2e.py OUT.json [--timeout S] [--kv-cache-dtype auto|fp8_ds_mla] [--max-tokens N]
-       [--index-topk N] [--control] [--config-only DIR]
+       [--index-topk N] [--long] [--control] [--config-only DIR]
+
+``--long``: prompts of 300-1100 tokens (2900 in all) with 2048 tokens per engine step, so a
+prefill call has 2048 query tokens and fp8_ds_mla rows go through the workspace of distinct rows
+(``triton_sparse_mla.workspace``); the report counts the calls that took it.
 """
 
 from __future__ import annotations
@@ -61,6 +65,7 @@ MODEL = dict(
 )
 
 PROMPT_LENGTHS = (7, 100, 200, 333)  # two longer than index_topk, so the indexer selects
+LONG_PROMPT_LENGTHS = (300, 600, 900, 1100)  # --long: a first engine step of 2048 prompt tokens
 ENV = {
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",  # engine in this process: the loader patch applies
     "VLLM_USE_FLASHINFER_SAMPLER": "0",
@@ -87,9 +92,9 @@ def write_model_dir(root: Path) -> Path:
     return path
 
 
-def prompts() -> list[list[int]]:
+def prompts(lengths=PROMPT_LENGTHS) -> list[list[int]]:
     rng = random.Random(0)
-    return [[rng.randrange(2, MODEL["vocab_size"]) for _ in range(n)] for n in PROMPT_LENGTHS]
+    return [[rng.randrange(2, MODEL["vocab_size"]) for _ in range(n)] for n in lengths]
 
 
 # ---------------------------------------------------------------- worker (one engine per process)
@@ -165,10 +170,21 @@ def reference_error(q, kv, indices, sm_scale, topk_length, out) -> dict:
     return dict(tokens=int(idx.shape[0]), max_valid=int(valid.sum(1).max().item()), rel_err=err)
 
 
-def _check_ours_against_reference(checks: list) -> None:
-    """Wrap the attention call of our impl: each of the first calls is also run in float64."""
+def _check_ours_against_reference(checks: list, workspace_calls: list) -> None:
+    """Wrap the attention call of our impl: each of the first calls is also run in float64.
+    Also count the calls that took the fp8 workspace (``workspace_calls``: their token counts)."""
     import triton_sparse_mla.vllm_plugin.impl as impl
+    from triton_sparse_mla import workspace
 
+    build = workspace.build
+
+    def counted_build(kv, indices, *args, **kwargs):
+        built = build(kv, indices, *args, **kwargs)
+        if built is not None:
+            workspace_calls.append(int(indices.shape[0]))
+        return built
+
+    workspace.build = counted_build
     real = impl.sparse_mla_attention
 
     def checked(q, kv, indices, sm_scale, **kwargs):
@@ -209,13 +225,15 @@ def _perturb_ours() -> None:
     impl.sparse_mla_attention = nudged
 
 
-def run_worker(backend: str, model_dir: str, result: str, kv_cache_dtype: str, max_tokens: int) -> None:
+def run_worker(backend: str, model_dir: str, result: str, kv_cache_dtype: str, max_tokens: int,
+               long: bool = False) -> None:
     from vllm import LLM, SamplingParams
 
     _patch_dummy_loader()
     checks: list = []
+    workspace_calls: list = []
     if backend == OURS:  # the engine runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0)
-        _check_ours_against_reference(checks)
+        _check_ours_against_reference(checks, workspace_calls)
     elif backend == PERTURBED:
         _perturb_ours()
     kwargs = dict(
@@ -226,8 +244,8 @@ def run_worker(backend: str, model_dir: str, result: str, kv_cache_dtype: str, m
         kv_cache_dtype=kv_cache_dtype,
         enforce_eager=True,
         compilation_config=0,  # CompilationMode.NONE: no torch.compile
-        max_model_len=1024,
-        max_num_batched_tokens=1024,
+        max_model_len=2048 if long else 1024,
+        max_num_batched_tokens=2048 if long else 1024,
         block_size=64,
         max_num_seqs=4,
         gpu_memory_utilization=0.3,
@@ -250,7 +268,8 @@ def run_worker(backend: str, model_dir: str, result: str, kv_cache_dtype: str, m
         temperature=0.0, max_tokens=max_tokens, logprobs=2, prompt_logprobs=0, ignore_eos=True, detokenize=False
     )
     t0 = time.time()
-    outs = llm.generate([{"prompt_token_ids": p} for p in prompts()], params, use_tqdm=False)
+    lengths = LONG_PROMPT_LENGTHS if long else PROMPT_LENGTHS
+    outs = llm.generate([{"prompt_token_ids": p} for p in prompts(lengths)], params, use_tqdm=False)
     t_gen = time.time() - t0
     seqs = []
     for o in outs:
@@ -265,7 +284,8 @@ def run_worker(backend: str, model_dir: str, result: str, kv_cache_dtype: str, m
         seqs.append(dict(prompt_len=len(o.prompt_token_ids), tokens=tokens, logprobs=lps, top2_gap=gaps,
                          prompt_logprobs=plps))
     Path(result).write_text(json.dumps(dict(backend=backend, layers=layers, init_s=t_init, generate_s=t_gen,
-                                            seqs=seqs, reference_checks=checks)))
+                                            seqs=seqs, reference_checks=checks,
+                                            workspace_calls=workspace_calls)))
 
 
 # ---------------------------------------------------------------- driver
@@ -280,7 +300,8 @@ def run_engine(backend: str, model_dir: Path, work: Path, log_path: Path, args, 
     kernel = OURS if backend == PERTURBED else backend
     env["TRITON_SPARSE_MLA_SELECT"] = "force" if kernel == OURS else "off"
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", backend, str(model_dir), str(result),
-           "--kv-cache-dtype", args.kv_cache_dtype, "--max-tokens", str(args.max_tokens)]
+           "--kv-cache-dtype", args.kv_cache_dtype, "--max-tokens", str(args.max_tokens)] + (
+               ["--long"] if args.long else [])
     t0 = time.time()
     with open(log_path, "w") as log:
         try:
@@ -311,6 +332,9 @@ def run_engine(backend: str, model_dir: Path, work: Path, log_path: Path, args, 
     if info.get("reference_checks"):
         errs = [c["rel_err"] for c in info["reference_checks"]]
         print(f"   float64 reference, {len(errs)} attention calls in the engine: max rel err {max(errs):.2e}")
+    if backend == OURS:
+        print(f"   fp8 workspace taken by {len(info.get('workspace_calls', []))} calls "
+              f"(query tokens {info.get('workspace_calls', [])[:8]})")
     for s in info.get("seqs", []):
         lp = " ".join(f"{x:.3f}" for x in s["logprobs"])
         print(f"   prompt {s['prompt_len']:4d}: tokens {s['tokens']}  logprobs [{lp}]")
@@ -358,6 +382,8 @@ def main(argv=None) -> int:
     ap.add_argument("--index-topk", type=int, default=MODEL["index_topk"],
                     help="rows the DSA indexer keeps; at least the longest prompt (e.g. 512) makes "
                          "every layer attend to every token, which takes the indexer's choice out")
+    ap.add_argument("--long", action="store_true",
+                    help="prompts of 300-1100 tokens, 2048 per engine step (prefill calls of 2048 tokens)")
     ap.add_argument("--tol", type=float, default=0.05, help="max logprob difference for a pass")
     ap.add_argument("--control", action="store_true",
                     help=f"also run {PERTURBED} (ours, outputs nudged by one bf16 step) and report how far "
@@ -366,7 +392,7 @@ def main(argv=None) -> int:
     ap.add_argument("--worker", nargs=3, metavar=("BACKEND", "MODEL_DIR", "RESULT"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
-        run_worker(*args.worker, args.kv_cache_dtype, args.max_tokens)
+        run_worker(*args.worker, args.kv_cache_dtype, args.max_tokens, args.long)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)  # the result is written: skip engine teardown, which can hang
@@ -379,7 +405,7 @@ def main(argv=None) -> int:
     out = Path(args.out_json)
     out.parent.mkdir(parents=True, exist_ok=True)
     report = dict(kv_cache_dtype=args.kv_cache_dtype, max_tokens=args.max_tokens, model=MODEL,
-                  prompt_lengths=list(PROMPT_LENGTHS))
+                  prompt_lengths=list(LONG_PROMPT_LENGTHS if args.long else PROMPT_LENGTHS))
     with tempfile.TemporaryDirectory(prefix="vllm_e2e_") as tmp:
         model_dir = write_model_dir(Path(tmp))
         engines = (OURS, REFERENCE) + ((PERTURBED,) if args.control else ())

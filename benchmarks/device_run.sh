@@ -32,7 +32,7 @@ for s in $steps; do
     ncu) timeout 300 ncu --clock-control none --profile-from-start off --kernel-name regex:sparse_mla_fwd \
            --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
            --section SchedulerStats --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables --section ComputeWorkloadAnalysis \
-           --section InstructionStats --section SourceCounters -f -o "$OUT/prof" python3 benchmarks/profile.py ${PROFILE_WORKLOADS:-} 2>&1 | tail -5
+           --section InstructionStats --section SourceCounters -f -o "$OUT/prof" python3 benchmarks/ncu_profile.py ${PROFILE_WORKLOADS:-} 2>&1 | tail -5
          ncu --import "$OUT/prof.ncu-rep" --page details --csv > "$OUT/ncu-details.csv" 2>&1; grep -c . "$OUT/ncu-details.csv"
          ncu --import "$OUT/prof.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip > "$OUT/ncu-source.csv.gz" ;;
     wide) timeout 240 python3 benchmarks/sweep.py "$OUT/sweep-wide.json" --wide 2>&1 | tee "$OUT/sweep-wide.log" | grep EXCH ;;

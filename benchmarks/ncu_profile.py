@@ -2,7 +2,7 @@
 
 Each workload is run once before profiling starts (compilation, autotuning of nothing, caches
 built), so the profiled launches are the steady-state kernels. Run under
-``ncu --profile-from-start off ... python3 benchmarks/profile.py [WORKLOAD ...]`` where a
+``ncu --profile-from-start off ... python3 benchmarks/ncu_profile.py [WORKLOAD ...]`` where a
 workload is ``T,H,FORMAT[,FIELD]`` (default: the decode workloads whose targets are missed at
 8-16 heads, with bf16 beside them for contrast); ``FIELD`` turns that boolean ``TileConfig``
 field on in the shipped tile (e.g. ``128,16,fp8_ds_mla,fp8_vec8``). ``benchmarks/device_run.sh

@@ -264,6 +264,13 @@ def run_worker(backend: str, model_dir: str, result: str, kv_cache_dtype: str, m
         layers = llm.apply_model(_attention_backends)[0]
     except Exception as exc:
         layers = {"error": repr(exc)}
+    # Compiles of this project's kernels while generating: none, if the layers' warm-up
+    # (TRITON_SPARSE_MLA_WARMUP, on by default) covered every call the engine made.
+    from triton import knobs
+
+    serving_compiles = []
+    knobs.runtime.jit_post_compile_hook = lambda **kw: serving_compiles.append(kw["repr"]) if (
+        "triton_sparse_mla" in str(kw["fn"].module)) else None
     params = SamplingParams(
         temperature=0.0, max_tokens=max_tokens, logprobs=2, prompt_logprobs=0, ignore_eos=True, detokenize=False
     )
@@ -271,6 +278,7 @@ def run_worker(backend: str, model_dir: str, result: str, kv_cache_dtype: str, m
     lengths = LONG_PROMPT_LENGTHS if long else PROMPT_LENGTHS
     outs = llm.generate([{"prompt_token_ids": p} for p in prompts(lengths)], params, use_tqdm=False)
     t_gen = time.time() - t0
+    knobs.runtime.jit_post_compile_hook = None
     seqs = []
     for o in outs:
         c = o.outputs[0]
@@ -285,7 +293,8 @@ def run_worker(backend: str, model_dir: str, result: str, kv_cache_dtype: str, m
                          prompt_logprobs=plps))
     Path(result).write_text(json.dumps(dict(backend=backend, layers=layers, init_s=t_init, generate_s=t_gen,
                                             seqs=seqs, reference_checks=checks,
-                                            workspace_calls=workspace_calls)))
+                                            workspace_calls=workspace_calls,
+                                            serving_compiles=[r[:120] for r in serving_compiles])))
 
 
 # ---------------------------------------------------------------- driver
@@ -335,6 +344,9 @@ def run_engine(backend: str, model_dir: Path, work: Path, log_path: Path, args, 
     if backend == OURS:
         print(f"   fp8 workspace taken by {len(info.get('workspace_calls', []))} calls "
               f"(query tokens {info.get('workspace_calls', [])[:8]})")
+    if "serving_compiles" in info:
+        print(f"   triton_sparse_mla kernels compiled while generating: {len(info['serving_compiles'])} "
+              f"{info['serving_compiles'][:4]}")
     for s in info.get("seqs", []):
         lp = " ".join(f"{x:.3f}" for x in s["logprobs"])
         print(f"   prompt {s['prompt_len']:4d}: tokens {s['tokens']}  logprobs [{lp}]")

@@ -11,6 +11,13 @@ import pytest
 from plugin_models import write_model_dir
 
 
+@pytest.fixture(autouse=True)
+def _no_kernel_warmup(monkeypatch):
+    """Layers built here skip the kernel warm-up (test_forward.py tests it on its own), so that
+    the GPU run of this suite does not compile every kind of call its layers would take."""
+    monkeypatch.setenv("TRITON_SPARSE_MLA_WARMUP", "off")
+
+
 @pytest.fixture(scope="session")
 def cuda_platform():
     """vLLM's ``CudaPlatform`` class (importable with a real or stub libcuda)."""

@@ -148,3 +148,34 @@ def test_fp8_workspace_setting_rejects_unknown_values():
     assert fp8_workspace_setting({"TRITON_SPARSE_MLA_FP8_WORKSPACE": "OFF"}) is False
     with pytest.raises(ValueError, match="TRITON_SPARSE_MLA_FP8_WORKSPACE: expected 'auto' or 'off', got 'no'"):
         fp8_workspace_setting({"TRITON_SPARSE_MLA_FP8_WORKSPACE": "no"})
+
+
+@pytest.mark.parametrize("kv_dtype,rope", [("fp8_ds_mla", 0), ("auto", 64)])
+def test_layers_warm_up_their_kernels(kv_dtype, rope, model_dirs, registered, cpu_vllm, monkeypatch):
+    """Building a layer warms up the kernels for its kind of call, once per kind in the process:
+    its heads, the model dtype, its row format (NoPE fp8_ds_mla rows take 576-wide queries, the
+    rope part zero), the indexer's top-k, vLLM's token budget, lengths passed, no lse; with
+    TRITON_SPARSE_MLA_WARMUP=off it does not."""
+    from triton_sparse_mla import warmup
+    from triton_sparse_mla.vllm_plugin import impl
+
+    kinds = []
+    monkeypatch.setattr(warmup, "warmup", lambda **kind: kinds.append(kind) or [])
+    monkeypatch.setattr(impl, "_WARMED", set())
+    monkeypatch.setenv("TRITON_SPARSE_MLA_WARMUP", "on")
+    config = make_vllm_config(model_dirs["glm_moe_dsa"], kv_cache_dtype=kv_dtype)
+    build_layer(config, num_heads=8, rope_dim=rope, topk=TOPK, device=DEVICE)
+    build_layer(config, num_heads=8, rope_dim=rope, topk=TOPK, device=DEVICE,
+                name="model.layers.1.self_attn.attn")
+    assert len(kinds) == 1 and kinds[0].pop("device").type == torch.device(DEVICE).type
+    assert kinds == [dict(num_heads=8, q_dtype=torch.bfloat16,
+                          kv_format="fp8_ds_mla" if kv_dtype == "fp8_ds_mla" else "bf16",
+                          d_qk=576 if kv_dtype == "fp8_ds_mla" or rope else 512, topk=TOPK,
+                          max_tokens=config.scheduler_config.max_num_batched_tokens,
+                          topk_length=True, return_lse=False, attn_sink=False)]
+    monkeypatch.setenv("TRITON_SPARSE_MLA_WARMUP", "off")
+    build_layer(config, num_heads=4, rope_dim=rope, topk=TOPK, device=DEVICE,
+                name="model.layers.2.self_attn.attn")
+    assert len(kinds) == 1
+    with pytest.raises(ValueError, match="TRITON_SPARSE_MLA_WARMUP: expected 'on' or 'off', got 'yes'"):
+        impl.warmup_setting({"TRITON_SPARSE_MLA_WARMUP": "yes"})

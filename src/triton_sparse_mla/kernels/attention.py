@@ -62,7 +62,9 @@ def _store_tile(p_o, b_acc, b_scale, m_h, J: tl.constexpr):
     tl.store(p_o[:, None] + o_c[None, :], b_o.to(p_o.dtype.element_ty), mask=m_h[:, None])
 
 
-@triton.jit
+# n_rows is not specialized: the fp8 workspace passes its slot count, which varies from call to
+# call, and a count divisible by 16 (or equal to 1) would otherwise compile another variant.
+@triton.jit(do_not_specialize=["n_rows"])
 def sparse_mla_fwd_kernel(
     q_nope_ptr, q_pe_ptr, kv_ptr, idx_ptr, len_ptr, sink_ptr,
     out_ptr, lse_ptr, scratch_p_ptr, scratch_alpha_ptr,

@@ -18,7 +18,7 @@ from vllm.model_executor.layers.attention.sparse_mla_attention import SparseMLAC
 from vllm.v1.attention.backend import AttentionType
 from vllm.v1.attention.backends.mla.sparse_utils import flat_kv_row_view
 
-from triton_sparse_mla import sparse_mla_attention
+from triton_sparse_mla import sparse_mla_attention, warmup
 
 from .backend import KV_LORA_RANK, ROPE_DIM, TritonMLASparseBackend
 from .builder import TritonMLASparseMetadata
@@ -42,6 +42,41 @@ def fp8_workspace_setting(environ=None):
     if value not in ("auto", "off"):
         raise ValueError(f"{WORKSPACE_ENV}: expected 'auto' or 'off', got {value!r}")
     return None if value == "auto" else False
+
+
+WARMUP_ENV = "TRITON_SPARSE_MLA_WARMUP"
+# Kinds of call already warmed up in this process (triton_sparse_mla.warmup's arguments).
+_WARMED: set[tuple] = set()
+
+
+def warmup_setting(environ=None) -> bool:
+    """Whether layers compile their kernels when they are built, from
+    ``TRITON_SPARSE_MLA_WARMUP``: ``on`` (default) or ``off`` (compile on first use)."""
+    env = os.environ if environ is None else environ
+    value = env.get(WARMUP_ENV, "on").strip().lower()
+    if value not in ("on", "off"):
+        raise ValueError(f"{WARMUP_ENV}: expected 'on' or 'off', got {value!r}")
+    return value == "on"
+
+
+def _warm_up(num_heads, kv_cache_dtype, d_qk, need_lse, topk_indices_buffer) -> None:
+    """Compile, once per kind of call in this process, every kernel variant this layer's calls
+    can take (triton_sparse_mla.warmup), so that none compiles while serving."""
+    config = get_current_vllm_config()
+    dtype = config.model_config.dtype
+    fp8 = kv_cache_dtype == "fp8_ds_mla"
+    kind = dict(num_heads=num_heads, q_dtype=dtype,
+                kv_format="fp8_ds_mla" if fp8 else "bf16" if dtype == torch.bfloat16 else "fp16",
+                d_qk=KV_LORA_RANK + ROPE_DIM if fp8 else d_qk,
+                topk=topk_indices_buffer.shape[1],
+                max_tokens=max(config.scheduler_config.max_num_batched_tokens,
+                               topk_indices_buffer.shape[0]),
+                topk_length=True, return_lse=need_lse, attn_sink=False,
+                device=topk_indices_buffer.device)
+    key = tuple(sorted((k, str(v)) for k, v in kind.items()))
+    if key not in _WARMED:
+        warmup.warmup(**kind)
+        _WARMED.add(key)
 
 
 class TritonMLASparseImpl(SparseMLACommonImpl[TritonMLASparseMetadata]):
@@ -105,6 +140,9 @@ class TritonMLASparseImpl(SparseMLACommonImpl[TritonMLASparseMetadata]):
         self._fp8_workspace = fp8_workspace_setting()
         if kv_cache_dtype == "fp8_ds_mla" and self.qk_rope_head_dim == 0:
             self._zero_q_pe = _reserve_zero_q_pe(num_heads, self.topk_indices_buffer)
+        if warmup_setting() and self.topk_indices_buffer is not None:
+            _warm_up(num_heads, kv_cache_dtype, self.kv_lora_rank + self.qk_rope_head_dim,
+                     self.need_to_return_lse_for_decode, self.topk_indices_buffer)
 
     def _forward_mqa_kernel(
         self,

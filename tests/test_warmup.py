@@ -14,7 +14,8 @@ FAMILIES = [("sm90", 132, 1), ("sm86", 170, 1), ("sm80", 108, 0)]
 @pytest.mark.parametrize("fp8,bf16_query", [(False, True), (True, True), (True, False)],
                          ids=["bf16", "fp8", "fp8-fp16q"])
 def test_every_token_count_takes_a_warmed_variant(family, sms, cvt, heads, fp8, bf16_query):
-    """Each token count from 1 to max_tokens plans a kernel variant that one of the listed
+    """Each token count from 1 to max_tokens plans a kernel variant (tile; split or not, and
+    the combine kernel's power-of-two block for the split count) that one of the listed
     warm-up calls runs (fp8_ds_mla rows with a bf16 query: both the in-kernel variant and,
     from workspace.MIN_TOKENS on, the workspace's bf16 one), and no two calls run the same."""
     max_tokens = 3000
@@ -25,7 +26,7 @@ def test_every_token_count_takes_a_warmed_variant(family, sms, cvt, heads, fp8, 
     def variant(t, in_kernel_fp8):
         plan = configs.plan_launch(family, sms, cvt, t_count=t, h_count=heads, topk=2048,
                                    fp8=in_kernel_fp8)
-        return in_kernel_fp8, plan.tile, plan.splits > 1
+        return in_kernel_fp8, plan.tile, plan.splits > 1 and max(2, 1 << (plan.splits - 1).bit_length())
 
     warmed = [variant(t, fp8 and ws is not True) for t, ws in calls]
     assert len(set(warmed)) == len(warmed), calls

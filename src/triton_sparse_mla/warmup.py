@@ -20,6 +20,7 @@ import torch
 from . import configs, workspace
 from .api import sparse_mla_attention
 from .formats import D_NOPE, D_ROPE, FP8_ROW_BYTES
+from .kernels.combine import combine_block
 
 # Rows of the cache the warm-up calls read (a multiple of 16, like every real cache vLLM
 # allocates: Triton specializes integer arguments on divisibility by 16).
@@ -31,20 +32,27 @@ def variant_token_counts(num_heads: int, *, fp8: bool, bf16_query: bool, topk: i
     """One ``(T, fp8_workspace)`` per kernel variant that calls with 1 to ``max_tokens`` query
     tokens can take, the smallest such T; ``fp8_workspace`` as the warm-up call passes it.
 
-    A variant is a tile with or without the split (partial-output) path, for fp8_ds_mla rows
-    in the kernel or, from ``workspace.MIN_TOKENS`` tokens with a bf16 query, through the
-    workspace (which calls may or may not take, depending on their indices: both are listed).
+    A variant is a tile with or without the split (partial-output) path and, with it, the
+    combine kernel's block for the split count (:func:`variant`); for fp8_ds_mla rows in the
+    kernel or, from ``workspace.MIN_TOKENS`` tokens with a bf16 query, through the workspace
+    (which calls may or may not take, depending on their indices: both are listed).
     """
     first = {}
     for t in range(1, max_tokens + 1):
         plan = configs.plan_launch(family, sm_count, fp8_cvt, t_count=t, h_count=num_heads,
                                    topk=topk, fp8=fp8)
-        first.setdefault((fp8, plan.tile, plan.splits > 1), (t, False if fp8 else None))
+        first.setdefault((fp8, *variant(plan)), (t, False if fp8 else None))
         if fp8 and bf16_query and t >= workspace.MIN_TOKENS:
             plan = configs.plan_launch(family, sm_count, fp8_cvt, t_count=t, h_count=num_heads,
                                        topk=topk, fp8=False)
-            first.setdefault(("workspace", plan.tile, plan.splits > 1), (t, True))
+            first.setdefault(("workspace", *variant(plan)), (t, True))
     return sorted(set(first.values()), key=lambda v: (v[0], v[1] is True))
+
+
+def variant(plan: configs.LaunchPlan) -> tuple:
+    """What of a launch plan selects compiled kernels: the tile, and for split calls the
+    combine kernel's block (the other split-dependent arguments are not specialized)."""
+    return plan.tile, combine_block(plan.splits) if plan.splits > 1 else 0
 
 
 def warmup(num_heads: int, *, q_dtype: torch.dtype = torch.bfloat16, kv_format: str = "bf16",

@@ -62,9 +62,11 @@ def _store_tile(p_o, b_acc, b_scale, m_h, J: tl.constexpr):
     tl.store(p_o[:, None] + o_c[None, :], b_o.to(p_o.dtype.element_ty), mask=m_h[:, None])
 
 
-# n_rows is not specialized: the fp8 workspace passes its slot count, which varies from call to
-# call, and a count divisible by 16 (or equal to 1) would otherwise compile another variant.
-@triton.jit(do_not_specialize=["n_rows"])
+# Arguments that vary from call to call of one kind are not specialized (Triton would compile
+# another variant for a value divisible by 16, or equal to 1): n_rows (the fp8 workspace passes
+# its slot count) and the partial lse's strides (the split count). triton_sparse_mla.warmup
+# relies on it.
+@triton.jit(do_not_specialize=["n_rows", "stride_lse_t", "stride_lse_h"])
 def sparse_mla_fwd_kernel(
     q_nope_ptr, q_pe_ptr, kv_ptr, idx_ptr, len_ptr, sink_ptr,
     out_ptr, lse_ptr, scratch_p_ptr, scratch_alpha_ptr,

@@ -11,7 +11,9 @@ import triton.language as tl
 from .common import LN2, sink_factor
 
 
-@triton.jit
+# Not specialized (they follow the split count, which varies from call to call of one kind;
+# triton_sparse_mla.warmup relies on it): n_splits and the partial lse's strides.
+@triton.jit(do_not_specialize=["n_splits", "stride_pl_t", "stride_pl_h"])
 def combine_kernel(
     part_o_ptr, part_lse_ptr, sink_ptr, out_ptr, lse_ptr,
     n_splits,
@@ -45,10 +47,15 @@ def combine_kernel(
         tl.store(lse_ptr + i_t * stride_lse_t + i_h * stride_lse_h, b_lse2 * LN2)
 
 
+def combine_block(n_splits: int) -> int:
+    """The combine kernel's BLOCK_S for a split count (a compiled variant per value)."""
+    return max(2, triton.next_power_of_2(n_splits))
+
+
 def launch_combine(part_o, part_lse, attn_sink, out, lse):
     """``part_o [T, S, H, 512]`` fp32, ``part_lse [T, H, S]`` fp32 -> ``out [T, H, 512]``, ``lse``."""
     t_count, n_splits, h_count, d_v = part_o.shape
-    block_s = max(2, triton.next_power_of_2(n_splits))
+    block_s = combine_block(n_splits)
     combine_kernel[(t_count, h_count)](
         part_o_ptr=part_o, part_lse_ptr=part_lse, sink_ptr=attn_sink, out_ptr=out, lse_ptr=lse,
         n_splits=n_splits,

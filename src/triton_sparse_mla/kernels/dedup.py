@@ -28,7 +28,7 @@ def _valid_entries(idx_ptr, len_ptr, n_rows, topk, stride_idx_t, HAS_LEN: tl.con
     return b_idx, m_k & (b_idx >= 0) & (b_idx < n_rows), o_k
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n_rows"])  # (see attention.py)
 def mark_rows_kernel(idx_ptr, len_ptr, mark_ptr, n_rows, topk, stride_idx_t,
                      HAS_LEN: tl.constexpr, BLOCK_K: tl.constexpr):
     """``mark[row] = 1`` for every valid entry (grid: tokens x K blocks). Entries naming the
@@ -41,7 +41,7 @@ def mark_rows_kernel(idx_ptr, len_ptr, mark_ptr, n_rows, topk, stride_idx_t,
     tl.store(mark_ptr + b_idx, tl.full([BLOCK_K], 1, tl.int32), mask=m_k & (b_seen == 0))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n_rows"])  # (see attention.py)
 def remap_kernel(idx_ptr, len_ptr, pos_ptr, new_idx_ptr, n_rows, topk, stride_idx_t,
                  stride_new_t, HAS_LEN: tl.constexpr, BLOCK_K: tl.constexpr):
     """``new_idx[t, k] = pos[idx[t, k]] - 1`` for a valid entry, -1 otherwise."""
@@ -51,7 +51,7 @@ def remap_kernel(idx_ptr, len_ptr, pos_ptr, new_idx_ptr, n_rows, topk, stride_id
     tl.store(new_idx_ptr + i_t * stride_new_t + o_k, b_new, mask=o_k < topk)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n_rows"])  # (see attention.py)
 def upconvert_kernel(kv_ptr, pos_ptr, ws_ptr, n_rows, stride_kv, stride_ws,
                      FP8_CVT: tl.constexpr, D_PE: tl.constexpr, BLOCK_R: tl.constexpr):
     """Dequantize each marked row ``i`` of ``kv`` (fp8_ds_mla bytes) into ``ws[pos[i] - 1]``

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from triton_sparse_mla import configs, quantize_fp8_ds_mla, sparse_mla_attention, warmup, workspace
+from triton_sparse_mla.kernels.attention import split_layout
 
 FAMILIES = [("sm90", 132, 1), ("sm86", 170, 1), ("sm80", 108, 0)]
 
@@ -26,7 +27,8 @@ def test_every_token_count_takes_a_warmed_variant(family, sms, cvt, heads, fp8, 
     def variant(t, in_kernel_fp8):
         plan = configs.plan_launch(family, sms, cvt, t_count=t, h_count=heads, topk=2048,
                                    fp8=in_kernel_fp8)
-        return in_kernel_fp8, plan.tile, plan.splits > 1 and max(2, 1 << (plan.splits - 1).bit_length())
+        splits = split_layout(2048, plan.splits, plan.tile.block_n)[1]  # as launched
+        return in_kernel_fp8, plan.tile, splits > 1 and max(2, 1 << (splits - 1).bit_length())
 
     warmed = [variant(t, fp8 and ws is not True) for t, ws in calls]
     assert len(set(warmed)) == len(warmed), calls

@@ -20,6 +20,7 @@ import torch
 from . import configs, workspace
 from .api import sparse_mla_attention
 from .formats import D_NOPE, D_ROPE, FP8_ROW_BYTES
+from .kernels.attention import split_layout
 from .kernels.combine import combine_block
 
 # Rows of the cache the warm-up calls read (a multiple of 16, like every real cache vLLM
@@ -41,18 +42,20 @@ def variant_token_counts(num_heads: int, *, fp8: bool, bf16_query: bool, topk: i
     for t in range(1, max_tokens + 1):
         plan = configs.plan_launch(family, sm_count, fp8_cvt, t_count=t, h_count=num_heads,
                                    topk=topk, fp8=fp8)
-        first.setdefault((fp8, *variant(plan)), (t, False if fp8 else None))
+        first.setdefault((fp8, *variant(plan, topk)), (t, False if fp8 else None))
         if fp8 and bf16_query and t >= workspace.MIN_TOKENS:
             plan = configs.plan_launch(family, sm_count, fp8_cvt, t_count=t, h_count=num_heads,
                                        topk=topk, fp8=False)
-            first.setdefault(("workspace", *variant(plan)), (t, True))
+            first.setdefault(("workspace", *variant(plan, topk)), (t, True))
     return sorted(set(first.values()), key=lambda v: (v[0], v[1] is True))
 
 
-def variant(plan: configs.LaunchPlan) -> tuple:
+def variant(plan: configs.LaunchPlan, topk: int) -> tuple:
     """What of a launch plan selects compiled kernels: the tile, and for split calls the
-    combine kernel's block (the other split-dependent arguments are not specialized)."""
-    return plan.tile, combine_block(plan.splits) if plan.splits > 1 else 0
+    combine kernel's block for the split count launched (the other split-dependent arguments
+    are not specialized)."""
+    splits = split_layout(topk, plan.splits, plan.tile.block_n)[1]
+    return plan.tile, combine_block(splits) if splits > 1 else 0
 
 
 def warmup(num_heads: int, *, q_dtype: torch.dtype = torch.bfloat16, kv_format: str = "bf16",

@@ -246,6 +246,14 @@ def operand_dtype(q_dtype, fp8_f16: bool):
     return (torch.float16 if q_dtype == torch.float16 else torch.bfloat16), 1.0
 
 
+def split_layout(topk: int, splits: int, block_n: int) -> tuple[int, int]:
+    """``(split_size, splits)`` as launched for a planned split count: each split a whole
+    number of ``block_n``-row tiles, so the count launched can be below the plan's (2048 rows
+    in 17 planned splits of 32-row tiles: 16 splits of 128)."""
+    split_size = triton.cdiv(triton.cdiv(topk, splits), block_n) * block_n
+    return split_size, max(1, triton.cdiv(topk, split_size))
+
+
 def launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, out, lse,
                           *, fp8, plan):
     """Launch the kernel (and the combine step when ``splits > 1``); return the compiled main kernel.
@@ -261,8 +269,7 @@ def launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_
     n_rows, topk = kv.shape[0], indices.shape[1]
     interpret = os.environ.get("TRITON_INTERPRET") == "1"
     d_pe = 0 if q_pe is None else q_pe.shape[2]
-    split_size = triton.cdiv(triton.cdiv(topk, splits), block_n) * block_n
-    splits = max(1, triton.cdiv(topk, split_size))
+    split_size, splits = split_layout(topk, splits, block_n)
     grid = (t_count * triton.cdiv(h_count, block_h), splits)
     fp8_f16 = fp8 and tile.fp8_f16
     dtype, q_scale = operand_dtype(q_nope.dtype, fp8_f16)

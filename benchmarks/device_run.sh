@@ -27,7 +27,7 @@ for s in $steps; do
     splits-len) timeout 240 python3 benchmarks/sweep.py "$OUT/sweep-splits-len.json" --splits-len 2>&1 | tee "$OUT/sweep-splits-len.log" | grep SPLIT ;;
     wsparts) timeout 120 python3 benchmarks/workspace_parts.py "$OUT/workspace-parts.json" 2>&1 | tee "$OUT/workspace-parts.log" | grep PARTS ;;
     fp8choice) timeout 240 python3 benchmarks/fp8_prefill_choice.py "$OUT/fp8-prefill-choice.json" 2>&1 | tee "$OUT/fp8-prefill-choice.log" | grep CHOICE ;;
-    residency) timeout 300 python3 benchmarks/residency.py "$OUT/residency.json" 2>&1 | tee "$OUT/residency.log" | grep RES ;;
+    residency) timeout 300 python3 benchmarks/residency.py "$OUT/residency.json" ${TOGGLE_FMT:+--fmt $TOGGLE_FMT} 2>&1 | tee "$OUT/residency.log" | grep RES ;;
     residency-toggle) timeout 300 python3 benchmarks/residency.py "$OUT/residency-toggle.json" --toggle "$TOGGLE" ${TOGGLE_FMT:+--fmt $TOGGLE_FMT} 2>&1 | tee "$OUT/residency-toggle.log" | grep RES ;;
     ncu) timeout 300 ncu --clock-control none --profile-from-start off --kernel-name regex:sparse_mla_fwd \
            --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \

@@ -36,7 +36,11 @@ T = configs.TileConfig
 CANDIDATES = {  # per format: the shipped sm86 tile first, then the candidates that fit two
     "bf16": [T(16, 64, 4, 2), T(16, 32, 4, 2), T(16, 16, 4, 2), T(16, 16, 4, 1), T(16, 32, 4, 1)],
     "fp8_ds_mla": [T(16, 32, 4, 2, fp8_f16=True), T(16, 16, 4, 2, fp8_f16=True),
-                   T(16, 16, 4, 1, fp8_f16=True), T(16, 32, 4, 1, fp8_f16=True)],
+                   T(16, 16, 4, 1, fp8_f16=True), T(16, 32, 4, 1, fp8_f16=True),
+                   # rows in registers a step ahead: 55 KB (16x32) and 37 KB (16x16) of shared
+                   # memory compiled for sm120 by Triton 3.6, so 16x16 fits two per SM there
+                   T(16, 32, 4, 1, fp8_f16=True, rows_ahead=True),
+                   T(16, 16, 4, 1, fp8_f16=True, rows_ahead=True)],
 }
 WORKLOADS = [Workload("decode", 128, 8, "fp8_ds_mla"), Workload("decode", 128, 16, "fp8_ds_mla"),
              Workload("decode", 32, 16, "fp8_ds_mla"), Workload("decode", 128, 16, "bf16"),
@@ -108,7 +112,7 @@ def main(path, toggle=None, fmt=None, warps=False):
                            splits=splits, shared_h200=own, padded=padded, us=us)
                 records.append(rec)
                 print(f"RES {w.name:40} {tile.block_h}x{tile.block_n} w{tile.num_warps} s{tile.num_stages} "
-                      f"pf={int(tile.prefetch_idx)} "
+                      f"pf={int(tile.prefetch_idx)} ra={int(tile.rows_ahead)} "
                       f"R120={r120} rule={per_sm} splits={splits:3d} pad={padded // KB}KB {us:9.1f} us", flush=True)
                 if splits == 1:
                     break  # the other rule gives the same launch

@@ -126,6 +126,19 @@ def test_fp8_rows_into_fp16_operands(tile, device):
     _check_tile("fp8", tile, device, q_gain=1e5)
 
 
+@pytest.mark.parametrize("tile", [configs.TileConfig(16, 32, 4, 1, fp8_f16=True, rows_ahead=True),
+                                  configs.TileConfig(16, 32, 4, 2, rows_ahead=True),
+                                  configs.TileConfig(64, 64, 8, 2, exchange_p=True, rows_ahead=True)],
+                         ids=["16x32-f16", "16x32-bf16", "64x64-exchange"])
+def test_fp8_rows_loaded_a_step_ahead(tile, device):
+    """fp8_ds_mla rows loaded into registers a step ahead (``rows_ahead``) match the
+    reference, split and not, with fp16 and bf16 operands; on bf16 rows the field changes
+    nothing."""
+    _check_tile("fp8", tile, device)
+    _check_tile("fp8", tile, device, q_gain=1e5)
+    _check_tile("plain", tile, device)
+
+
 def _check_tile(kind, tile, device, q_gain=1.0):
     fmt = "fp8_ds_mla" if kind == "fp8" else "bf16"
     prob = make_problem(t=3, h=20, k=100, n=300, fmt=fmt, device=device, topk_length="partial",

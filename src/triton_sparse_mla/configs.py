@@ -47,6 +47,9 @@ class TileConfig:
     # sm90 16- and 32-head tiles, 1.05-1.09x on the sm86 tiles at SM120's residency, 0.70x on
     # the 64-head exchange tile (it spills). No effect on bf16/fp16 rows.
     fp8_f16: bool = False
+    # fp8_ds_mla rows loaded into registers a step ahead instead of staged in shared memory by
+    # the software pipeline (kernels/attention.py, ROWS_AHEAD). No effect on bf16/fp16 rows.
+    rows_ahead: bool = False
 
 
 @dataclass(frozen=True)

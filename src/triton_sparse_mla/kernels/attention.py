@@ -22,6 +22,11 @@ registers (the launcher checks the tile's shape).
 ``PREFETCH_IDX`` (tiles with ``prefetch_idx``): the next tile's row ids are loaded one step
 ahead, so forming the gather's addresses does not wait for them (BENCHMARKS.md, "Row ids a
 step ahead").
+
+``ROWS_AHEAD`` (fp8_ds_mla rows, tiles with ``rows_ahead``): the next tile's rows are loaded
+into registers one step ahead (plain loads, their row ids two steps ahead) instead of through
+the asynchronous-copy pipeline into shared memory, so a step's dequantization starts from
+registers that arrived during the previous step.
 """
 
 import math
@@ -32,8 +37,8 @@ import triton
 import triton.language as tl
 
 from .combine import launch_combine
-from .common import (LATENT_TILE, LN2, block_barrier, load_latent_tile, load_rope_tile, opaque,
-                     score_part, sink_factor, sm_index, tile_update)
+from .common import (FP8_ROPE_BYTE, FP8_SCALE_BYTE, LATENT_TILE, LN2, bf16_words_to_bf16,
+                     block_barrier, dequant_words, load_latent_tile, load_rope_tile, load_words, opaque, score_part, sink_factor, sm_index, tile_update)
 
 D_NOPE = 512
 
@@ -53,6 +58,26 @@ def _to_operand(b_q, Q_SCALE: tl.constexpr, DTYPE: tl.constexpr, INTERPRET: tl.c
             # cvt.rn.f16x2.f32, then mul.f16x2), and a q past fp16's range becomes inf.
             b_q = opaque(b_q, 1)
     return b_q.to(DTYPE)
+
+
+@triton.jit
+def _load_fp8_rows(kv_ptr, b_idx, m_n, stride_kv, D_PE: tl.constexpr):
+    """Rows ``b_idx`` [BLOCK_N] of an fp8_ds_mla cache as stored, for ``ROWS_AHEAD``: each
+    latent tile's e4m3 bytes in 32-bit words [BLOCK_N, 32] and its scales [BLOCK_N] fp32 (four
+    of each), and the bf16 rope columns in words [BLOCK_N, D_PE / 2]; masked rows are never
+    read and give zeros."""
+    p_row = kv_ptr + b_idx.to(tl.int64) * stride_kv
+    p_sc = (p_row + FP8_SCALE_BYTE).to(tl.pointer_type(tl.float32))
+    b_w0 = load_words(p_row, m_n, LATENT_TILE // 4)
+    b_w1 = load_words(p_row + LATENT_TILE, m_n, LATENT_TILE // 4)
+    b_w2 = load_words(p_row + 2 * LATENT_TILE, m_n, LATENT_TILE // 4)
+    b_w3 = load_words(p_row + 3 * LATENT_TILE, m_n, LATENT_TILE // 4)
+    b_c0 = tl.load(p_sc, mask=m_n, other=0.0)
+    b_c1 = tl.load(p_sc + 1, mask=m_n, other=0.0)
+    b_c2 = tl.load(p_sc + 2, mask=m_n, other=0.0)
+    b_c3 = tl.load(p_sc + 3, mask=m_n, other=0.0)
+    b_pe = load_words(p_row + FP8_ROPE_BYTE, m_n, D_PE // 2)
+    return b_w0, b_w1, b_w2, b_w3, b_c0, b_c1, b_c2, b_c3, b_pe
 
 
 @triton.jit
@@ -80,9 +105,11 @@ def sparse_mla_fwd_kernel(
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, INTERPRET: tl.constexpr,
     DTYPE: tl.constexpr, PIN_CVT: tl.constexpr, EXCHANGE_P: tl.constexpr,
     PREFETCH_IDX: tl.constexpr, FP8_F16: tl.constexpr, Q_SCALE: tl.constexpr,
+    ROWS_AHEAD: tl.constexpr,
 ):
     tl.static_assert(BLOCK_N >= 16, "tl.dot needs at least 16 rows per tile")
     tl.static_assert(BLOCK_H >= 16, "tl.dot needs at least 16 heads per tile (pad in registers)")
+    tl.static_assert((FP8 and D_PE > 0) or not ROWS_AHEAD, "ROWS_AHEAD is for fp8_ds_mla rows")
     # One grid axis for (token, head tile), head tiles fastest: a token's head tiles start
     # together on neighbouring SMs, and the rows one gathers are still in L2 for the others.
     # Against token-fastest order (every token's first head tile before any second one):
@@ -122,32 +149,58 @@ def sparse_mla_fwd_kernel(
     b_acc2 = tl.zeros([BLOCK_H, LATENT_TILE], dtype=tl.float32)
     b_acc3 = tl.zeros([BLOCK_H, LATENT_TILE], dtype=tl.float32)
     p_idx = idx_ptr + i_t * stride_idx_t
-    if PREFETCH_IDX:
+    if PREFETCH_IDX or ROWS_AHEAD:
         o_n = n_start + tl.arange(0, BLOCK_N)
         b_idx_next = tl.load(p_idx + o_n, mask=o_n < n_end, other=-1)
+    if ROWS_AHEAD:
+        # The first tile's rows, and the row ids of the tile after it.
+        b_idx = b_idx_next
+        b_r0, b_r1, b_r2, b_r3, b_c0, b_c1, b_c2, b_c3, b_pe = _load_fp8_rows(
+            kv_ptr, b_idx, (o_n < n_end) & (b_idx >= 0) & (b_idx < n_rows), stride_kv, D_PE)
+        b_idx_next = tl.load(p_idx + o_n + BLOCK_N, mask=o_n + BLOCK_N < n_end, other=-1)
     for n0 in range(n_start, n_end, BLOCK_N):
         o_n = n0 + tl.arange(0, BLOCK_N)
         m_n = o_n < n_end
-        if PREFETCH_IDX:
-            # The next tile's row ids are loaded a step ahead, so the gather's addresses do not
-            # wait for them.
-            b_idx = b_idx_next
-            b_idx_next = tl.load(p_idx + o_n + BLOCK_N, mask=o_n + BLOCK_N < n_end, other=-1)
+        if ROWS_AHEAD:
+            # This tile's rows were loaded into registers a step ago (the next tile's are
+            # loaded below, after the scores).
+            m_n = m_n & (b_idx >= 0) & (b_idx < n_rows)
+            b_k0 = dequant_words(b_r0, b_c0, FP8_CVT, DTYPE, PIN_CVT, INTERPRET)  # [BLOCK_N, 128]
+            b_k1 = dequant_words(b_r1, b_c1, FP8_CVT, DTYPE, PIN_CVT, INTERPRET)
+            b_k2 = dequant_words(b_r2, b_c2, FP8_CVT, DTYPE, PIN_CVT, INTERPRET)
+            b_k3 = dequant_words(b_r3, b_c3, FP8_CVT, DTYPE, PIN_CVT, INTERPRET)
+            b_kp = bf16_words_to_bf16(b_pe).to(DTYPE)  # [BLOCK_N, D_PE]
         else:
-            b_idx = tl.load(p_idx + o_n, mask=m_n, other=-1)
-        m_n = m_n & (b_idx >= 0) & (b_idx < n_rows)
-        p_row = kv_ptr + b_idx.to(tl.int64) * stride_kv  # [BLOCK_N]
-        b_k0 = load_latent_tile(p_row, m_n, 0, FP8, FP8_CVT, DTYPE, PIN_CVT, FP8_F16)  # [BLOCK_N, 128]
-        b_k1 = load_latent_tile(p_row, m_n, 1, FP8, FP8_CVT, DTYPE, PIN_CVT, FP8_F16)
-        b_k2 = load_latent_tile(p_row, m_n, 2, FP8, FP8_CVT, DTYPE, PIN_CVT, FP8_F16)
-        b_k3 = load_latent_tile(p_row, m_n, 3, FP8, FP8_CVT, DTYPE, PIN_CVT, FP8_F16)
+            if PREFETCH_IDX:
+                # The next tile's row ids are loaded a step ahead, so the gather's addresses do
+                # not wait for them.
+                b_idx = b_idx_next
+                b_idx_next = tl.load(p_idx + o_n + BLOCK_N, mask=o_n + BLOCK_N < n_end, other=-1)
+            else:
+                b_idx = tl.load(p_idx + o_n, mask=m_n, other=-1)
+            m_n = m_n & (b_idx >= 0) & (b_idx < n_rows)
+            p_row = kv_ptr + b_idx.to(tl.int64) * stride_kv  # [BLOCK_N]
+            b_k0 = load_latent_tile(p_row, m_n, 0, FP8, FP8_CVT, DTYPE, PIN_CVT, FP8_F16)  # [BLOCK_N, 128]
+            b_k1 = load_latent_tile(p_row, m_n, 1, FP8, FP8_CVT, DTYPE, PIN_CVT, FP8_F16)
+            b_k2 = load_latent_tile(p_row, m_n, 2, FP8, FP8_CVT, DTYPE, PIN_CVT, FP8_F16)
+            b_k3 = load_latent_tile(p_row, m_n, 3, FP8, FP8_CVT, DTYPE, PIN_CVT, FP8_F16)
+            if D_PE > 0:
+                b_kp = load_rope_tile(p_row, m_n, D_PE, FP8, DTYPE)  # [BLOCK_N, D_PE]
         b_s = score_part(b_q0, b_k0, EXCHANGE_P, INTERPRET)  # [BLOCK_H, BLOCK_N]
         b_s += score_part(b_q1, b_k1, EXCHANGE_P, INTERPRET)
         b_s += score_part(b_q2, b_k2, EXCHANGE_P, INTERPRET)
         b_s += score_part(b_q3, b_k3, EXCHANGE_P, INTERPRET)
         if D_PE > 0:
-            b_kp = load_rope_tile(p_row, m_n, D_PE, FP8, DTYPE)  # [BLOCK_N, D_PE]
             b_s += score_part(b_qp, b_kp, EXCHANGE_P, INTERPRET)
+        if ROWS_AHEAD:
+            # The next tile's rows, loaded while this one's softmax and PV run and the next
+            # step's dequantization begins; ids of the tile after it.
+            o_nn = o_n + BLOCK_N
+            b_r0, b_r1, b_r2, b_r3, b_c0, b_c1, b_c2, b_c3, b_pe = _load_fp8_rows(
+                kv_ptr, b_idx_next, (o_nn < n_end) & (b_idx_next >= 0) & (b_idx_next < n_rows),
+                stride_kv, D_PE)
+            b_idx = b_idx_next
+            b_idx_next = tl.load(p_idx + o_nn + BLOCK_N, mask=o_nn + BLOCK_N < n_end, other=-1)
         b_s = tl.where(m_n[None, :], b_s * qk_scale, float("-inf"))
         b_m_new = tl.maximum(b_m, tl.max(b_s, axis=1))
         b_p = tl.exp2(b_s - b_m_new[:, None])
@@ -302,7 +355,7 @@ def launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_
         HAS_LEN=topk_length is not None, HAS_SINK=attn_sink is not None,
         DTYPE=tl.float16 if dtype == torch.float16 else tl.bfloat16, EXCHANGE_P=exchange_p,
         BLOCK_H=block_h, BLOCK_N=block_n, INTERPRET=interpret, PREFETCH_IDX=tile.prefetch_idx,
-        FP8_F16=fp8_f16, Q_SCALE=q_scale,
+        FP8_F16=fp8_f16, Q_SCALE=q_scale, ROWS_AHEAD=fp8 and tile.rows_ahead,
         PIN_CVT=fp8 and plan.pin_conversion and not interpret,  # the interpreter runs no PTX
         num_warps=tile.num_warps, num_stages=tile.num_stages,
     )

@@ -84,33 +84,107 @@ def convert_here(b_x):
 
 
 @triton.jit
-def load_latent_tile(p_row, m_n, J: tl.constexpr, FP8: tl.constexpr, FP8_CVT: tl.constexpr,
-                     DTYPE: tl.constexpr, PIN: tl.constexpr, F16: tl.constexpr = False):
-    """Latent columns ``[128 J, 128 J + 128)`` of BLOCK_N gathered rows, ``[BLOCK_N, 128]``.
-
-    ``p_row`` [BLOCK_N] row pointers (element pointers for bf16/fp16 rows, byte pointers for
-    fp8_ds_mla rows), ``m_n`` [BLOCK_N] validity: masked rows are never read and give zeros.
-    An fp8 tile is dequantized here into DTYPE (see the module docstring); ``PIN`` keeps that
-    work here (:func:`convert_here`; ``configs.pin_fp8_conversion``). With ``F16`` (DTYPE fp16,
-    ``TileConfig.fp8_f16``) the product is taken in fp16: the e4m3 values are exact in fp16
-    and the scale is rounded to it, one packed multiply per two values instead of the fp32
-    round trip; a scale under 2^-14 (a tile whose largest value is under 0.027) is an fp16
-    subnormal and loses precision, values stay finite up to 65504.
-    """
+def load_fp8_raw(p_row, m_n, J: tl.constexpr):
+    """Latent columns ``[128 J, 128 J + 128)`` of BLOCK_N gathered fp8_ds_mla rows as stored:
+    ``(e4m3 bytes [BLOCK_N, 128] uint8, this tile's scales [BLOCK_N] fp32)``. ``p_row``
+    [BLOCK_N] byte pointers to the rows, ``m_n`` [BLOCK_N] validity: masked rows are never
+    read and give zeros."""
     o_c = J * LATENT_TILE + tl.arange(0, LATENT_TILE)
     b_raw = tl.load(p_row[:, None] + o_c[None, :], mask=m_n[:, None], other=0)
-    # (no early return: Triton 3.6 compiles the code after a constexpr-guarded return)
-    if FP8:
-        p_scale = (p_row + FP8_SCALE_BYTE).to(tl.pointer_type(tl.float32)) + J
-        b_c = tl.load(p_scale, mask=m_n, other=0.0)
-        if F16:
-            b_k = e4m3_to_f16(b_raw, FP8_CVT) * b_c.to(tl.float16)[:, None]
-        else:
-            b_k = (e4m3_to_f32(b_raw, FP8_CVT) * b_c[:, None]).to(DTYPE)
-        if PIN:
-            b_k = convert_here(b_k)
+    p_scale = (p_row + FP8_SCALE_BYTE).to(tl.pointer_type(tl.float32)) + J
+    return b_raw, tl.load(p_scale, mask=m_n, other=0.0)
+
+
+@triton.jit
+def load_words(p_byte, m_n, N_WORDS: tl.constexpr):
+    """``N_WORDS`` 32-bit words from each of BLOCK_N byte addresses ``p_byte`` (4-byte
+    aligned), ``[BLOCK_N, N_WORDS]`` int32; masked rows give zeros. Bytes and 16-bit values
+    held in registers across loop steps take a register each; words keep four or two."""
+    p_w = p_byte.to(tl.pointer_type(tl.int32))
+    return tl.load(p_w[:, None] + tl.arange(0, N_WORDS)[None, :], mask=m_n[:, None], other=0)
+
+
+@triton.jit
+def e4m3_words_to_f16(b_w, FP8_CVT: tl.constexpr, INTERPRET: tl.constexpr):
+    """``[R, W]`` int32 words of four float8_e4m3fn bytes each (in memory order) to
+    ``[R, 4 W]`` float16, exactly."""
+    if FP8_CVT != FP8_CVT_INT and not INTERPRET:
+        b_0, b_1, b_2, b_3 = tl.inline_asm_elementwise(
+            """{
+            .reg .b16 lo, hi;
+            .reg .b32 a, b;
+            mov.b32 {lo, hi}, $4;
+            cvt.rn.f16x2.e4m3x2 a, lo;
+            cvt.rn.f16x2.e4m3x2 b, hi;
+            mov.b32 {$0, $1}, a;
+            mov.b32 {$2, $3}, b;
+            }""", "=h,=h,=h,=h,r", [b_w], dtype=(tl.float16, tl.float16, tl.float16, tl.float16),
+            is_pure=True, pack=1)
     else:
-        b_k = b_raw
+        b_0 = e4m3_to_f16((b_w & 0xFF).to(tl.uint8), FP8_CVT_INT)
+        b_1 = e4m3_to_f16(((b_w >> 8) & 0xFF).to(tl.uint8), FP8_CVT_INT)
+        b_2 = e4m3_to_f16(((b_w >> 16) & 0xFF).to(tl.uint8), FP8_CVT_INT)
+        b_3 = e4m3_to_f16(((b_w >> 24) & 0xFF).to(tl.uint8), FP8_CVT_INT)
+    # join puts its pair on a new last axis: [R, W, 2, 2] with [r, w, i, j] = byte 2 i + j
+    b_v = tl.join(tl.join(b_0, b_2), tl.join(b_1, b_3))
+    return tl.reshape(b_v, [b_w.shape[0], 4 * b_w.shape[1]])
+
+
+@triton.jit
+def bf16_words_to_bf16(b_w):
+    """``[R, W]`` int32 words of two bf16 values each (in memory order) to ``[R, 2 W]`` bf16."""
+    b_lo = (b_w & 0xFFFF).to(tl.uint16).to(tl.bfloat16, bitcast=True)
+    b_hi = ((b_w >> 16) & 0xFFFF).to(tl.uint16).to(tl.bfloat16, bitcast=True)
+    return tl.reshape(tl.join(b_lo, b_hi), [b_w.shape[0], 2 * b_w.shape[1]])
+
+
+@triton.jit
+def dequant_latent(b_raw, b_c, FP8_CVT: tl.constexpr, DTYPE: tl.constexpr, PIN: tl.constexpr,
+                   F16: tl.constexpr = False):
+    """An fp8 tile from :func:`load_fp8_raw` dequantized into DTYPE, ``[BLOCK_N, 128]`` (see
+    the module docstring); ``PIN`` keeps that work where it stands (:func:`convert_here`;
+    ``configs.pin_fp8_conversion``). With ``F16`` (DTYPE fp16, ``TileConfig.fp8_f16``) the
+    product is taken in fp16: the e4m3 values are exact in fp16 and the scale is rounded to it,
+    one packed multiply per two values instead of the fp32 round trip; a scale under 2^-14 (a
+    tile whose largest value is under 0.027) is an fp16 subnormal and loses precision, values
+    stay finite up to 65504."""
+    if F16:
+        b_k = e4m3_to_f16(b_raw, FP8_CVT) * b_c.to(tl.float16)[:, None]
+    else:
+        b_k = (e4m3_to_f32(b_raw, FP8_CVT) * b_c[:, None]).to(DTYPE)
+    if PIN:
+        b_k = convert_here(b_k)
+    return b_k
+
+
+@triton.jit
+def dequant_words(b_w, b_c, FP8_CVT: tl.constexpr, DTYPE: tl.constexpr, PIN: tl.constexpr,
+                  INTERPRET: tl.constexpr):
+    """:func:`dequant_latent` for a tile held as words (:func:`load_words`, ``[BLOCK_N, 32]``
+    int32), into DTYPE ``[BLOCK_N, 128]``; the product is taken in fp16 when DTYPE is fp16."""
+    b_v = e4m3_words_to_f16(b_w, FP8_CVT, INTERPRET)
+    if DTYPE == tl.float16:
+        b_k = b_v * b_c.to(tl.float16)[:, None]
+    else:
+        b_k = (b_v.to(tl.float32) * b_c[:, None]).to(DTYPE)
+    if PIN:
+        b_k = convert_here(b_k)
+    return b_k
+
+
+@triton.jit
+def load_latent_tile(p_row, m_n, J: tl.constexpr, FP8: tl.constexpr, FP8_CVT: tl.constexpr,
+                     DTYPE: tl.constexpr, PIN: tl.constexpr, F16: tl.constexpr = False):
+    """Latent columns ``[128 J, 128 J + 128)`` of BLOCK_N gathered rows, ``[BLOCK_N, 128]`` in
+    DTYPE. ``p_row`` [BLOCK_N] row pointers (element pointers for bf16/fp16 rows, byte
+    pointers for fp8_ds_mla rows), ``m_n`` [BLOCK_N] validity: masked rows are never read and
+    give zeros. fp8 rows: :func:`load_fp8_raw`, then :func:`dequant_latent`."""
+    if FP8:
+        b_raw, b_c = load_fp8_raw(p_row, m_n, J)
+        b_k = dequant_latent(b_raw, b_c, FP8_CVT, DTYPE, PIN, F16)
+    else:
+        o_c = J * LATENT_TILE + tl.arange(0, LATENT_TILE)
+        b_k = tl.load(p_row[:, None] + o_c[None, :], mask=m_n[:, None], other=0)
     return b_k
 
 

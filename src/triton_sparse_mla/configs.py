@@ -48,7 +48,12 @@ class TileConfig:
     # the 64-head exchange tile (it spills). No effect on bf16/fp16 rows.
     fp8_f16: bool = False
     # fp8_ds_mla rows loaded into registers a step ahead instead of staged in shared memory by
-    # the software pipeline (kernels/attention.py, ROWS_AHEAD). No effect on bf16/fp16 rows.
+    # the software pipeline (kernels/attention.py, ROWS_AHEAD): the raw bytes skip the round
+    # trip through shared memory, and one tile is in flight while the program computes
+    # another (num_stages then changes nothing: no pipelined load is left). It costs about 50
+    # registers per thread (the 16x32 tile: 240-254 of 255, compiled by Triton 3.6 for sm86 to
+    # sm120) and frees the stages' shared memory (16x32: 55 KB instead of 73-94). Where it is
+    # on, see the tables below. No effect on bf16/fp16 rows.
     rows_ahead: bool = False
 
 
@@ -95,17 +100,23 @@ C = TileConfig
 # the 64-head tile, 1.13x on the 16-head fp8 decode tile, 1.05-1.14x on the 32-head and 16-head
 # prefill tiles; the 3-stage 16-head bf16 decode tile is 3% slower with it (its shared memory
 # grows from 93 to 164 KB, one program per SM), so it runs without.
+# rows_ahead (fp8_ds_mla rows in registers a step ahead; TileConfig): 1.10-1.11x on the fp8
+# latency tiles (T=4 H=16, T=1 H=128) and 1.06x on the 16-head fp8 prefill tile; 0.91-0.93x
+# on the 3-stage 16-head decode tile (its pipeline keeps two tiles in flight, rows_ahead one),
+# 1.00x on the 32-head one and 0.82x on the exchange tile (spills), which run without (H200,
+# 2026-12-01, run 63, sweep.py --toggle rows_ahead, BENCHMARKS.md "fp8 rows a step ahead").
 _EX64 = C(64, 64, 8, 2, exchange_p=True)
 _SM90 = {
     ("latency", "plain"): ((_ANY, C(16, 64, 4, 2)),),
-    ("latency", "fp8"): ((16, C(16, 32, 4, 2, fp8_f16=True)), (_ANY, C(16, 64, 8, 2))),
+    ("latency", "fp8"): ((16, C(16, 32, 4, 2, fp8_f16=True, rows_ahead=True)),
+                        (_ANY, C(16, 64, 8, 2, rows_ahead=True))),
     ("decode", "plain"): ((16, C(16, 64, 4, 3, prefetch_idx=False)), (32, C(32, 64, 4, 2)),
                           (_ANY, _EX64)),
     ("decode", "fp8"): ((16, C(16, 32, 4, 3, fp8_f16=True)), (32, C(32, 32, 4, 2, fp8_f16=True)),
                         (_ANY, _EX64)),
     ("prefill", "plain"): ((16, C(16, 64, 4, 2)), (32, C(32, 64, 4, 2)), (_ANY, _EX64)),
-    ("prefill", "fp8"): ((16, C(16, 32, 4, 2, fp8_f16=True)), (32, C(32, 32, 4, 2, fp8_f16=True)),
-                         (_ANY, _EX64)),
+    ("prefill", "fp8"): ((16, C(16, 32, 4, 2, fp8_f16=True, rows_ahead=True)),
+                         (32, C(32, 32, 4, 2, fp8_f16=True)), (_ANY, _EX64)),
 }
 # sm80 (163 KB), sm86 (99 KB) and sm100: not measured on their GPUs (none is available here).
 # They are the sm90 shapes, cut down where the compiled kernel overflows the family's shared
@@ -139,7 +150,13 @@ _SM100 = {
 # (residency.py --toggle fp8_f16, runs 39-40, BENCHMARKS.md "fp8 rows into fp16 operands").
 # sm80 decodes e4m3 with integer operations and saves nothing by it (-1% of the loop's
 # instructions); sm100 is not timed.
-_F16_16, _F16_32 = C(16, 32, 4, 2, fp8_f16=True), C(32, 32, 4, 2, fp8_f16=True)
+# rows_ahead on the 16-head fp8 tile: 1.38x at T=128 H=8/16, 1.29x at T=32 and 1.23x in prefill
+# at SM120's residency, emulated on the H200 (run 63, residency.py, BENCHMARKS.md "fp8 rows a
+# step ahead"): with one program per SM the 2-stage pipeline kept one tile in flight, as
+# rows_ahead does, and added the shared-memory round trip of the raw bytes. Compiled by Triton
+# 3.6 for sm86, sm89 and sm120 without spills (240-254 registers); SM86's integer e4m3
+# decoding is not timed. The 32-head tile spills a little with it (sm89, sm120) and runs without.
+_F16_16, _F16_32 = C(16, 32, 4, 2, fp8_f16=True, rows_ahead=True), C(32, 32, 4, 2, fp8_f16=True)
 _SM86 = {
     **_SMALL_SMEM,
     ("latency", "fp8"): ((_ANY, _F16_16),),

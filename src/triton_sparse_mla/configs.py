@@ -104,7 +104,7 @@ C = TileConfig
 # latency tiles (T=4 H=16, T=1 H=128) and 1.06x on the 16-head fp8 prefill tile; 0.91-0.93x
 # on the 3-stage 16-head decode tile (its pipeline keeps two tiles in flight, rows_ahead one),
 # 1.00x on the 32-head one and 0.82x on the exchange tile (spills), which run without (H200,
-# 2026-12-01, run 63, sweep.py --toggle rows_ahead, BENCHMARKS.md "fp8 rows a step ahead").
+# 2026-12-01, runs 63-64, sweep.py --toggle rows_ahead, BENCHMARKS.md "fp8 rows a step ahead").
 _EX64 = C(64, 64, 8, 2, exchange_p=True)
 _SM90 = {
     ("latency", "plain"): ((_ANY, C(16, 64, 4, 2)),),
@@ -150,13 +150,15 @@ _SM100 = {
 # (residency.py --toggle fp8_f16, runs 39-40, BENCHMARKS.md "fp8 rows into fp16 operands").
 # sm80 decodes e4m3 with integer operations and saves nothing by it (-1% of the loop's
 # instructions); sm100 is not timed.
-# rows_ahead on the 16-head fp8 tile: 1.38x at T=128 H=8/16, 1.29x at T=32 and 1.23x in prefill
-# at SM120's residency, emulated on the H200 (run 63, residency.py, BENCHMARKS.md "fp8 rows a
-# step ahead"): with one program per SM the 2-stage pipeline kept one tile in flight, as
-# rows_ahead does, and added the shared-memory round trip of the raw bytes. Compiled by Triton
-# 3.6 for sm86, sm89 and sm120 without spills (240-254 registers); SM86's integer e4m3
-# decoding is not timed. The 32-head tile spills a little with it (sm89, sm120) and runs without.
-_F16_16, _F16_32 = C(16, 32, 4, 2, fp8_f16=True, rows_ahead=True), C(32, 32, 4, 2, fp8_f16=True)
+# rows_ahead on the fp8 tiles, at SM120's residency emulated on the H200 (runs 63-64,
+# residency.py, BENCHMARKS.md "fp8 rows a step ahead"): 16-head tile 1.38x at T=128 H=8/16,
+# 1.29x at T=32, 1.23x in prefill; 32-head tile 1.24-1.25x at T=128 H=32/64, 1.14x in prefill.
+# With one program per SM the 2-stage pipeline kept one tile in flight, as rows_ahead does, and
+# added the shared-memory round trip of the raw bytes. Compiled by Triton 3.6: the 16-head tile
+# without spills for sm86, sm89 and sm120 (240-254 registers), the 32-head one at 255 with up
+# to 16 bytes of spills in some variants (sm86, sm89). SM86's integer e4m3 decoding is not timed.
+_F16_16, _F16_32 = (C(16, 32, 4, 2, fp8_f16=True, rows_ahead=True),
+                    C(32, 32, 4, 2, fp8_f16=True, rows_ahead=True))
 _SM86 = {
     **_SMALL_SMEM,
     ("latency", "fp8"): ((_ANY, _F16_16),),

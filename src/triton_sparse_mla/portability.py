@@ -68,7 +68,8 @@ def _main_kernel_variants(tile: configs.TileConfig, cap: int, fp8: bool, family:
                               BLOCK_N=tile.block_n, INTERPRET=False,
                               PIN_CVT=fp8 and configs.pin_fp8_conversion(family, tile.block_h),
                               EXCHANGE_P=tile.exchange_p, PREFETCH_IDX=tile.prefetch_idx,
-                              FP8_F16=fp8 and tile.fp8_f16, Q_SCALE=q_scale, ROWS_AHEAD=fp8 and tile.rows_ahead,
+                              FP8_F16=fp8 and tile.fp8_f16, Q_SCALE=q_scale,
+                              ROWS_AHEAD=fp8 and tile.rows_ahead,
                               **({} if tile.exchange_p else dict(scratch_p_ptr=None, scratch_alpha_ptr=None)),
                               DTYPE=tl.float16 if dtype == torch.float16 else tl.bfloat16)
             # Rows of 576 bf16 values and of 656 bytes both keep 16-byte alignment.

@@ -38,7 +38,8 @@ import triton.language as tl
 
 from .combine import launch_combine
 from .common import (FP8_ROPE_BYTE, FP8_SCALE_BYTE, LATENT_TILE, LN2, bf16_words_to_bf16,
-                     block_barrier, dequant_words, load_latent_tile, load_rope_tile, load_words, opaque, score_part, sink_factor, sm_index, tile_update)
+                     block_barrier, dequant_words, load_latent_tile, load_rope_tile, load_words,
+                     opaque, score_part, sink_factor, sm_index, tile_update)
 
 D_NOPE = 512
 
@@ -165,10 +166,11 @@ def sparse_mla_fwd_kernel(
             # This tile's rows were loaded into registers a step ago (the next tile's are
             # loaded below, after the scores).
             m_n = m_n & (b_idx >= 0) & (b_idx < n_rows)
-            b_k0 = dequant_words(b_r0, b_c0, FP8_CVT, DTYPE, PIN_CVT, INTERPRET)  # [BLOCK_N, 128]
-            b_k1 = dequant_words(b_r1, b_c1, FP8_CVT, DTYPE, PIN_CVT, INTERPRET)
-            b_k2 = dequant_words(b_r2, b_c2, FP8_CVT, DTYPE, PIN_CVT, INTERPRET)
-            b_k3 = dequant_words(b_r3, b_c3, FP8_CVT, DTYPE, PIN_CVT, INTERPRET)
+            # [BLOCK_N, 128] each
+            b_k0 = dequant_words(b_r0, b_c0, FP8_CVT, DTYPE, PIN_CVT, FP8_F16, INTERPRET)
+            b_k1 = dequant_words(b_r1, b_c1, FP8_CVT, DTYPE, PIN_CVT, FP8_F16, INTERPRET)
+            b_k2 = dequant_words(b_r2, b_c2, FP8_CVT, DTYPE, PIN_CVT, FP8_F16, INTERPRET)
+            b_k3 = dequant_words(b_r3, b_c3, FP8_CVT, DTYPE, PIN_CVT, FP8_F16, INTERPRET)
             b_kp = bf16_words_to_bf16(b_pe).to(DTYPE)  # [BLOCK_N, D_PE]
         else:
             if PREFETCH_IDX:

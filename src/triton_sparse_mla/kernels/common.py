@@ -84,18 +84,6 @@ def convert_here(b_x):
 
 
 @triton.jit
-def load_fp8_raw(p_row, m_n, J: tl.constexpr):
-    """Latent columns ``[128 J, 128 J + 128)`` of BLOCK_N gathered fp8_ds_mla rows as stored:
-    ``(e4m3 bytes [BLOCK_N, 128] uint8, this tile's scales [BLOCK_N] fp32)``. ``p_row``
-    [BLOCK_N] byte pointers to the rows, ``m_n`` [BLOCK_N] validity: masked rows are never
-    read and give zeros."""
-    o_c = J * LATENT_TILE + tl.arange(0, LATENT_TILE)
-    b_raw = tl.load(p_row[:, None] + o_c[None, :], mask=m_n[:, None], other=0)
-    p_scale = (p_row + FP8_SCALE_BYTE).to(tl.pointer_type(tl.float32)) + J
-    return b_raw, tl.load(p_scale, mask=m_n, other=0.0)
-
-
-@triton.jit
 def load_words(p_byte, m_n, N_WORDS: tl.constexpr):
     """``N_WORDS`` 32-bit words from each of BLOCK_N byte addresses ``p_byte`` (4-byte
     aligned), ``[BLOCK_N, N_WORDS]`` int32; masked rows give zeros. Bytes and 16-bit values
@@ -139,34 +127,18 @@ def bf16_words_to_bf16(b_w):
 
 
 @triton.jit
-def dequant_latent(b_raw, b_c, FP8_CVT: tl.constexpr, DTYPE: tl.constexpr, PIN: tl.constexpr,
-                   F16: tl.constexpr = False):
-    """An fp8 tile from :func:`load_fp8_raw` dequantized into DTYPE, ``[BLOCK_N, 128]`` (see
-    the module docstring); ``PIN`` keeps that work where it stands (:func:`convert_here`;
-    ``configs.pin_fp8_conversion``). With ``F16`` (DTYPE fp16, ``TileConfig.fp8_f16``) the
-    product is taken in fp16: the e4m3 values are exact in fp16 and the scale is rounded to it,
-    one packed multiply per two values instead of the fp32 round trip; a scale under 2^-14 (a
-    tile whose largest value is under 0.027) is an fp16 subnormal and loses precision, values
-    stay finite up to 65504."""
+def scale_tile(b_v, b_c, DTYPE: tl.constexpr, PIN: tl.constexpr, F16: tl.constexpr):
+    """Exact e4m3 values ``b_v`` [BLOCK_N, 128] (fp16 with ``F16``, else fp32) times their
+    rows' scales ``b_c`` [BLOCK_N] fp32, in DTYPE (see the module docstring). With ``F16``
+    (DTYPE fp16, ``TileConfig.fp8_f16``) the product is taken in fp16: the scale is rounded
+    to it, one packed multiply per two values instead of the fp32 round trip; a scale under
+    2^-14 (a tile whose largest value is under 0.027) is an fp16 subnormal and loses
+    precision, values stay finite up to 65504. ``PIN`` keeps the work where it stands
+    (:func:`convert_here`; ``configs.pin_fp8_conversion``)."""
     if F16:
-        b_k = e4m3_to_f16(b_raw, FP8_CVT) * b_c.to(tl.float16)[:, None]
-    else:
-        b_k = (e4m3_to_f32(b_raw, FP8_CVT) * b_c[:, None]).to(DTYPE)
-    if PIN:
-        b_k = convert_here(b_k)
-    return b_k
-
-
-@triton.jit
-def dequant_words(b_w, b_c, FP8_CVT: tl.constexpr, DTYPE: tl.constexpr, PIN: tl.constexpr,
-                  INTERPRET: tl.constexpr):
-    """:func:`dequant_latent` for a tile held as words (:func:`load_words`, ``[BLOCK_N, 32]``
-    int32), into DTYPE ``[BLOCK_N, 128]``; the product is taken in fp16 when DTYPE is fp16."""
-    b_v = e4m3_words_to_f16(b_w, FP8_CVT, INTERPRET)
-    if DTYPE == tl.float16:
         b_k = b_v * b_c.to(tl.float16)[:, None]
     else:
-        b_k = (b_v.to(tl.float32) * b_c[:, None]).to(DTYPE)
+        b_k = (b_v * b_c[:, None]).to(DTYPE)
     if PIN:
         b_k = convert_here(b_k)
     return b_k
@@ -175,17 +147,38 @@ def dequant_words(b_w, b_c, FP8_CVT: tl.constexpr, DTYPE: tl.constexpr, PIN: tl.
 @triton.jit
 def load_latent_tile(p_row, m_n, J: tl.constexpr, FP8: tl.constexpr, FP8_CVT: tl.constexpr,
                      DTYPE: tl.constexpr, PIN: tl.constexpr, F16: tl.constexpr = False):
-    """Latent columns ``[128 J, 128 J + 128)`` of BLOCK_N gathered rows, ``[BLOCK_N, 128]`` in
-    DTYPE. ``p_row`` [BLOCK_N] row pointers (element pointers for bf16/fp16 rows, byte
-    pointers for fp8_ds_mla rows), ``m_n`` [BLOCK_N] validity: masked rows are never read and
-    give zeros. fp8 rows: :func:`load_fp8_raw`, then :func:`dequant_latent`."""
+    """Latent columns ``[128 J, 128 J + 128)`` of BLOCK_N gathered rows, ``[BLOCK_N, 128]``.
+
+    ``p_row`` [BLOCK_N] row pointers (element pointers for bf16/fp16 rows, byte pointers for
+    fp8_ds_mla rows), ``m_n`` [BLOCK_N] validity: masked rows are never read and give zeros.
+    An fp8 tile is dequantized here into DTYPE (:func:`scale_tile`).
+    """
+    o_c = J * LATENT_TILE + tl.arange(0, LATENT_TILE)
+    b_raw = tl.load(p_row[:, None] + o_c[None, :], mask=m_n[:, None], other=0)
+    # (no early return: Triton 3.6 compiles the code after a constexpr-guarded return)
     if FP8:
-        b_raw, b_c = load_fp8_raw(p_row, m_n, J)
-        b_k = dequant_latent(b_raw, b_c, FP8_CVT, DTYPE, PIN, F16)
+        p_scale = (p_row + FP8_SCALE_BYTE).to(tl.pointer_type(tl.float32)) + J
+        b_c = tl.load(p_scale, mask=m_n, other=0.0)
+        if F16:
+            b_v = e4m3_to_f16(b_raw, FP8_CVT)
+        else:
+            b_v = e4m3_to_f32(b_raw, FP8_CVT)
+        b_k = scale_tile(b_v, b_c, DTYPE, PIN, F16)
     else:
-        o_c = J * LATENT_TILE + tl.arange(0, LATENT_TILE)
-        b_k = tl.load(p_row[:, None] + o_c[None, :], mask=m_n[:, None], other=0)
+        b_k = b_raw
     return b_k
+
+
+@triton.jit
+def dequant_words(b_w, b_c, FP8_CVT: tl.constexpr, DTYPE: tl.constexpr, PIN: tl.constexpr,
+                  F16: tl.constexpr, INTERPRET: tl.constexpr):
+    """An fp8 tile held as words (:func:`load_words`, ``[BLOCK_N, 32]`` int32) and its rows'
+    scales ``b_c`` [BLOCK_N] dequantized into DTYPE ``[BLOCK_N, 128]``, as
+    :func:`load_latent_tile` does it (:func:`scale_tile`)."""
+    b_v = e4m3_words_to_f16(b_w, FP8_CVT, INTERPRET)
+    if not F16:
+        b_v = b_v.to(tl.float32)  # exact
+    return scale_tile(b_v, b_c, DTYPE, PIN, F16)
 
 
 @triton.jit

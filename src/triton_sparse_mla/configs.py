@@ -102,9 +102,10 @@ C = TileConfig
 # grows from 93 to 164 KB, one program per SM), so it runs without.
 # rows_ahead (fp8_ds_mla rows in registers a step ahead; TileConfig): 1.10-1.11x on the fp8
 # latency tiles (T=4 H=16, T=1 H=128) and 1.06x on the 16-head fp8 prefill tile; 0.91-0.93x
-# on the 3-stage 16-head decode tile (its pipeline keeps two tiles in flight, rows_ahead one),
-# 1.00x on the 32-head one and 0.82x on the exchange tile (spills), which run without (H200,
-# 2026-12-01, runs 63-64, sweep.py --toggle rows_ahead, BENCHMARKS.md "fp8 rows a step ahead").
+# on the 3-stage 16-head decode tile (0.99-1.00x with the loads issued before the scores, run
+# 66: never faster), 1.00x on the 32-head one and 0.82x on the exchange tile (spills), which
+# run without (H200, 2026-12-01, runs 63-66, sweep.py --toggle rows_ahead, BENCHMARKS.md "fp8
+# rows a step ahead").
 _EX64 = C(64, 64, 8, 2, exchange_p=True)
 _SM90 = {
     ("latency", "plain"): ((_ANY, C(16, 64, 4, 2)),),

@@ -229,10 +229,15 @@ def test_empty_topk_and_no_tokens(device):
     assert out0.shape == (0, 8, 512)
 
 
+@pytest.mark.parametrize("tile", [configs.TileConfig(16, 32, 4, 2),
+                                  configs.TileConfig(16, 32, 4, 2, fp8_f16=True, rows_ahead=True)],
+                         ids=["staged", "rows-ahead"])
 @pytest.mark.parametrize("level", [0, 1], ids=["int-decode", "cvt-f32"])
-def test_fp8_conversion_paths(level, device):
+def test_fp8_conversion_paths(level, tile, device):
     """Each way of turning e4m3 bytes into fp32 (SM80/86; SM89 and newer) matches the
-    reference; on an SM89+ GPU both run, so the older architectures' path is exercised."""
+    reference, for bytes staged in shared memory and for rows held as words in registers
+    (``rows_ahead``: the SM86 family's tile); on an SM89+ GPU both run, so the older
+    architectures' path is exercised."""
     if level > 0 and (device.type != "cuda" or configs.fp8_cvt_level(torch.cuda.get_device_capability(device)) < level):
         pytest.skip("this conversion needs a newer GPU")
     prob = make_problem(t=3, h=16, k=100, n=300, fmt="fp8_ds_mla", device=device, topk_length="partial")
@@ -241,7 +246,7 @@ def test_fp8_conversion_paths(level, device):
     q_nope, q_pe = api._split_query(prob.q)
     out = torch.empty(3, 16, 512, dtype=torch.bfloat16, device=device)
     lse = torch.empty(3, 16, dtype=torch.float32, device=device)
-    plan = configs.LaunchPlan(tile=configs.TileConfig(16, 32, 4, 2), splits=2, fp8_cvt=level)
+    plan = configs.LaunchPlan(tile=tile, splits=2, fp8_cvt=level)
     api._run(q_nope, q_pe, prob.kv, prob.indices, prob.topk_length, None, prob.sm_scale, out, lse,
              family=None, sm_count=1, fp8_cvt=level, fp8=True, plan=plan)
     assert_close(out, lse, ref_out, ref_lse, rtol_norm=TOL["fp8_ds_mla"])

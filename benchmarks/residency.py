@@ -35,13 +35,16 @@ CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 T = configs.TileConfig
 CANDIDATES = {  # per format: the shipped sm86 tile first, then the candidates that fit two
     "bf16": [T(16, 64, 4, 2), T(16, 32, 4, 2), T(16, 16, 4, 2), T(16, 16, 4, 1), T(16, 32, 4, 1)],
-    "fp8_ds_mla": [T(16, 32, 4, 2, fp8_f16=True), T(16, 16, 4, 2, fp8_f16=True),
-                   T(16, 16, 4, 1, fp8_f16=True), T(16, 32, 4, 1, fp8_f16=True),
-                   # rows in registers a step ahead: 55 KB (16x32) and 37 KB (16x16) of shared
-                   # memory compiled for sm120 by Triton 3.6, so 16x16 fits two per SM there
-                   T(16, 32, 4, 1, fp8_f16=True, rows_ahead=True),
-                   T(16, 16, 4, 1, fp8_f16=True, rows_ahead=True)],
+    # rows_ahead (rows in registers a step ahead; stages change nothing there): 55 KB (16x32)
+    # and 37 KB (16x16) of shared memory compiled for sm120 by Triton 3.6, so 16x16 fits two
+    # per SM there; then the staged tiles
+    "fp8_ds_mla": [T(16, 32, 4, 2, fp8_f16=True, rows_ahead=True),
+                   T(16, 16, 4, 1, fp8_f16=True, rows_ahead=True),
+                   T(16, 32, 4, 2, fp8_f16=True), T(16, 16, 4, 2, fp8_f16=True),
+                   T(16, 16, 4, 1, fp8_f16=True), T(16, 32, 4, 1, fp8_f16=True)],
 }
+for _fmt, _first in CANDIDATES.items():  # the comment above holds
+    assert _first[0] == configs.pick_tile("sm86", t_count=128, h_count=16, fp8=_fmt != "bf16"), _fmt
 WORKLOADS = [Workload("decode", 128, 8, "fp8_ds_mla"), Workload("decode", 128, 16, "fp8_ds_mla"),
              Workload("decode", 32, 16, "fp8_ds_mla"), Workload("decode", 128, 16, "bf16"),
              Workload("decode", 32, 16, "bf16"),

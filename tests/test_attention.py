@@ -132,8 +132,8 @@ def test_fp8_rows_into_fp16_operands(tile, device):
                          ids=["16x32-f16", "16x32-bf16", "64x64-exchange"])
 def test_fp8_rows_loaded_a_step_ahead(tile, device):
     """fp8_ds_mla rows loaded into registers a step ahead (``rows_ahead``) match the
-    reference, split and not, with fp16 and bf16 operands; on bf16 rows the field changes
-    nothing."""
+    reference, split and not, with fp16 and bf16 operands; bf16 rows, for which the field is
+    ignored, still do."""
     _check_tile("fp8", tile, device)
     _check_tile("fp8", tile, device, q_gain=1e5)
     _check_tile("plain", tile, device)

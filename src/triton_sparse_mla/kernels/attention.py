@@ -62,6 +62,13 @@ def _to_operand(b_q, Q_SCALE: tl.constexpr, DTYPE: tl.constexpr, INTERPRET: tl.c
 
 
 @triton.jit
+def _row_mask(o_n, b_idx, n_end, n_rows):
+    """Which of a tile's entries name a row: inside this program's slice (``o_n < n_end``)
+    and a valid row id (``0 <= id < n_rows``; -1 and larger ids are skipped), [BLOCK_N]."""
+    return (o_n < n_end) & (b_idx >= 0) & (b_idx < n_rows)
+
+
+@triton.jit
 def _load_fp8_rows(kv_ptr, b_idx, m_n, stride_kv, D_PE: tl.constexpr):
     """Rows ``b_idx`` [BLOCK_N] of an fp8_ds_mla cache as stored, for ``ROWS_AHEAD``: each
     latent tile's e4m3 bytes in 32-bit words [BLOCK_N, 32] and its scales [BLOCK_N] fp32 (four
@@ -157,7 +164,7 @@ def sparse_mla_fwd_kernel(
         # The first tile's rows, and the row ids of the tile after it.
         b_idx = b_idx_next
         b_r0, b_r1, b_r2, b_r3, b_c0, b_c1, b_c2, b_c3, b_pe = _load_fp8_rows(
-            kv_ptr, b_idx, (o_n < n_end) & (b_idx >= 0) & (b_idx < n_rows), stride_kv, D_PE)
+            kv_ptr, b_idx, _row_mask(o_n, b_idx, n_end, n_rows), stride_kv, D_PE)
         b_idx_next = tl.load(p_idx + o_n + BLOCK_N, mask=o_n + BLOCK_N < n_end, other=-1)
     for n0 in range(n_start, n_end, BLOCK_N):
         o_n = n0 + tl.arange(0, BLOCK_N)
@@ -165,7 +172,7 @@ def sparse_mla_fwd_kernel(
         if ROWS_AHEAD:
             # This tile's rows were loaded into registers a step ago (the next tile's are
             # loaded below, after the scores).
-            m_n = m_n & (b_idx >= 0) & (b_idx < n_rows)
+            m_n = _row_mask(o_n, b_idx, n_end, n_rows)
             # [BLOCK_N, 128] each
             b_k0 = dequant_words(b_r0, b_c0, FP8_CVT, DTYPE, PIN_CVT, FP8_F16, INTERPRET)
             b_k1 = dequant_words(b_r1, b_c1, FP8_CVT, DTYPE, PIN_CVT, FP8_F16, INTERPRET)
@@ -199,8 +206,7 @@ def sparse_mla_fwd_kernel(
             # step's dequantization begins; ids of the tile after it.
             o_nn = o_n + BLOCK_N
             b_r0, b_r1, b_r2, b_r3, b_c0, b_c1, b_c2, b_c3, b_pe = _load_fp8_rows(
-                kv_ptr, b_idx_next, (o_nn < n_end) & (b_idx_next >= 0) & (b_idx_next < n_rows),
-                stride_kv, D_PE)
+                kv_ptr, b_idx_next, _row_mask(o_nn, b_idx_next, n_end, n_rows), stride_kv, D_PE)
             b_idx = b_idx_next
             b_idx_next = tl.load(p_idx + o_nn + BLOCK_N, mask=o_nn + BLOCK_N < n_end, other=-1)
         b_s = tl.where(m_n[None, :], b_s * qk_scale, float("-inf"))

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # One self-contained call on the GPU machine: install, test, sanitize, sweep, benchmark.
 # Usage (on the device, from the repo root): bash benchmarks/device_run.sh [steps...]
-# Steps: tests sanitizer sweep fp8sweep splits splits-len warps fp8choice wsparts residency residency-toggle residency-warps ncu exchange wide latency toggle bench prefill (default: tests sanitizer sweep bench
+# Steps: tests sanitizer sweep fp8sweep splits splits-len warps fp8choice wsparts residency residency-toggle residency-warps ncu exchange apart wide latency toggle bench prefill (default: tests sanitizer sweep bench
 # prefill). toggle and residency-toggle time a boolean TileConfig field off and on, named by
 # $TOGGLE (e.g. TOGGLE=prefetch_idx), on the workloads of one row format if $TOGGLE_FMT is set
-# (e.g. TOGGLE_FMT=fp8_ds_mla). Logs and JSON go to $OUT.
+# (e.g. TOGGLE_FMT=fp8_ds_mla) and of the head counts in $TOGGLE_HEADS (toggle only; e.g.
+# TOGGLE_HEADS=64,128). Logs and JSON go to $OUT.
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -36,11 +37,12 @@ for s in $steps; do
          ncu --import "$OUT/prof.ncu-rep" --page details --csv > "$OUT/ncu-details.csv" 2>&1; grep -c . "$OUT/ncu-details.csv"
          ncu --import "$OUT/prof.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip > "$OUT/ncu-source.csv.gz" ;;
     wide) timeout 240 python3 benchmarks/sweep.py "$OUT/sweep-wide.json" --wide 2>&1 | tee "$OUT/sweep-wide.log" | grep EXCH ;;
+    apart) timeout 420 python3 benchmarks/sweep.py "$OUT/sweep-apart.json" --apart 2>&1 | tee "$OUT/sweep-apart.log" | grep APART ;;
     exchange) timeout 300 python3 benchmarks/sweep.py "$OUT/sweep-exchange.json" --exchange 2>&1 | tee "$OUT/sweep-exchange.log" | grep EXCH ;;
     latency) timeout 300 python3 benchmarks/sweep.py "$OUT/sweep-latency.json" --latency 2>&1 | tee "$OUT/sweep-latency.log" | grep LAT ;;
     warps) timeout 300 python3 benchmarks/sweep.py "$OUT/sweep-warps.json" --warps 2>&1 | tee "$OUT/sweep-warps.log" | grep WARPS ;;
     residency-warps) timeout 300 python3 benchmarks/residency.py "$OUT/residency-warps.json" --warps ${TOGGLE_FMT:+--fmt $TOGGLE_FMT} 2>&1 | tee "$OUT/residency-warps.log" | grep RES ;;
-    toggle) timeout 420 python3 benchmarks/sweep.py "$OUT/sweep-toggle.json" --toggle "$TOGGLE" ${TOGGLE_FMT:+--fmt $TOGGLE_FMT} 2>&1 | tee "$OUT/sweep-toggle.log" | grep TOGGLE ;;
+    toggle) timeout 420 python3 benchmarks/sweep.py "$OUT/sweep-toggle.json" --toggle "$TOGGLE" ${TOGGLE_FMT:+--fmt $TOGGLE_FMT} ${TOGGLE_HEADS:+--heads $TOGGLE_HEADS} 2>&1 | tee "$OUT/sweep-toggle.log" | grep TOGGLE ;;
     fp8sweep) timeout 330 python3 benchmarks/sweep.py "$OUT/sweep-fp8.json" --fp8 2>&1 | tee "$OUT/sweep-fp8.log" | grep FP8 ;;
     bench) timeout 420 python3 -m triton_sparse_mla.cli bench --phase decode --json "$OUT/bench-decode.json" 2> "$OUT/bench-decode.err" | tee "$OUT/bench-decode.log" ;;
     prefill) timeout 420 python3 -m triton_sparse_mla.cli bench --phase prefill --preset all --json "$OUT/bench-prefill.json" 2> "$OUT/bench-prefill.err" | tee "$OUT/bench-prefill.log" ;;

@@ -3,10 +3,10 @@
 Prints per workload every candidate's median time (CUDA-graph replay) and the compiled
 kernel's registers, spills and shared memory; writes JSON. The winners go into configs.py
 with a note of the run. Usage: python benchmarks/sweep.py OUT.json
-[--fp8 | --splits | --splits-len | --exchange | --wide | --latency | --warps | --toggle FIELD [--fmt FMT]]
+[--fp8 | --splits | --splits-len | --exchange | --apart | --wide | --latency | --warps | --toggle FIELD [--fmt FMT] [--heads H,H]]
 (--fp8: fp8 conversion variants, pinned or not; --splits: the shipped plan under several
 split rules; --splits-len: the same with random lengths, up to 8 waves; --exchange: 64-head tiles with and without the probabilities through scratch, and
-the latency tiles for 64+ heads; --wide: 16-warp exchange tiles; --latency: where the latency phase should end;
+the latency tiles for 64+ heads; --apart: the exchange tile against scores_apart tiles; --wide: 16-warp exchange tiles; --latency: where the latency phase should end;
 --warps: 16-head tiles with 8 warps; --toggle FIELD:
 each workload's shipped tile with a boolean TileConfig field off and on, e.g. prefetch_idx
 (run 32's "--prefetch" was this for prefetch_idx).
@@ -108,6 +108,8 @@ def main(path):
         return main_splits(path)
     if "--splits-len" in sys.argv:
         return main_splits(path, LEN_SPLIT_WORKLOADS, rules=(1, 2, 4, 8))
+    if "--apart" in sys.argv:
+        return main_exchange(path, APART_WORKLOADS, APART_TILES, "APART")
     if "--exchange" in sys.argv:
         return main_exchange(path)
     if "--wide" in sys.argv:
@@ -118,7 +120,9 @@ def main(path):
         return main_warps(path)
     if "--toggle" in sys.argv:
         return main_toggle(path, sys.argv[sys.argv.index("--toggle") + 1],
-                           sys.argv[sys.argv.index("--fmt") + 1] if "--fmt" in sys.argv else None)
+                           sys.argv[sys.argv.index("--fmt") + 1] if "--fmt" in sys.argv else None,
+                           [int(h) for h in sys.argv[sys.argv.index("--heads") + 1].split(",")]
+                           if "--heads" in sys.argv else None)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     caches = Caches()
     records = []
@@ -239,7 +243,15 @@ WIDE_TILES = [T(64, 64, 8, 2, exchange_p=True), T(64, 64, 16, 2, exchange_p=True
               T(64, 32, 16, 3, exchange_p=True)]
 
 
-def main_exchange(path, workloads=None, tiles=None):
+# --apart: the shipped 64-head exchange tile against scores_apart tiles (kernels/attention.py,
+# SCORES_APART). At 64 rows the bf16 tile needs 232 KB with Triton 3.6 (over sm90's 227 KB),
+# so it runs at 32 rows, where a third stage fits (188 KB); fp8 also at 64 rows (201 KB).
+APART_WORKLOADS = [w for w in EXCHANGE_WORKLOADS if w.t >= 32]
+APART_TILES = [T(64, 64, 8, 2, exchange_p=True), T(64, 32, 8, 3, scores_apart=True),
+               T(64, 32, 8, 2, scores_apart=True), T(64, 64, 8, 2, scores_apart=True)]
+
+
+def main_exchange(path, workloads=None, tiles=None, label="EXCH"):
     """64-head tiles with and without ``exchange_p`` (kernels/attention.py), and the latency
     tiles at T <= 8, each under the shipped split rule; every output is compared with the
     first tile's."""
@@ -253,8 +265,8 @@ def main_exchange(path, workloads=None, tiles=None):
         for tile in (tiles or EXCHANGE_TILES + (LATENCY_TILES if w.t <= configs.LATENCY_MAX_TOKENS else [])):
             rec, meta = time_against_first(inputs, w, tile, fp8, sms, first)
             records.append(rec)
-            print(f"EXCH {w.name:38} {tile.block_h}x{tile.block_n} w{tile.num_warps} s{tile.num_stages} "
-                  f"ex={int(tile.exchange_p)} splits={rec['splits']:3d} {rec['us']:9.1f} us "
+            print(f"{label} {w.name:38} {tile.block_h}x{tile.block_n} w{tile.num_warps} s{tile.num_stages} "
+                  f"ex={int(tile.exchange_p)} apart={int(tile.scores_apart)} splits={rec['splits']:3d} {rec['us']:9.1f} us "
                   f"diff={rec['rel_diff']:.1e} {meta}", flush=True)
     with open(path, "w") as f:
         json.dump(records, f, indent=1)
@@ -309,15 +321,16 @@ TOGGLE_WORKLOADS = [
 ]
 
 
-def main_toggle(path, field, fmt=None):
+def main_toggle(path, field, fmt=None, heads=None):
     """Each workload's shipped sm90 tile with the boolean ``TileConfig`` field off and on,
     alternating, twice each; every output is compared with the first variant's. ``fmt``: only
-    the workloads of that row format (``fp8_f16`` changes nothing on bf16 rows)."""
+    the workloads of that row format (``fp8_f16`` changes nothing on bf16 rows); ``heads``:
+    only those head counts."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     caches = Caches()
     records = []
     for w in TOGGLE_WORKLOADS:
-        if fmt and w.fmt != fmt:
+        if (fmt and w.fmt != fmt) or (heads and w.h not in heads):
             continue
         inputs = make_inputs(w, caches)
         fp8 = w.fmt == "fp8_ds_mla"

@@ -94,6 +94,14 @@ def test_probabilities_through_scratch(kind, device):
     _check_tile(kind, configs.TileConfig(64, 64, 8, 2, exchange_p=True, prefetch_idx=False), device)
 
 
+@pytest.mark.parametrize("kind", ["plain", "fp8"])
+def test_scores_apart(kind, device):
+    """A 64-head tile whose scores and softmax sit in a region of their own (``scores_apart``:
+    the probabilities reach the PV dots through the compiler's shared memory) matches the
+    reference, split and not."""
+    _check_tile(kind, configs.TileConfig(64, 64, 8, 2, scores_apart=True), device)
+
+
 def test_exchange_tile_must_own_its_sm(device):
     """The scratch slot is per SM, so a tile too small to own its SM is refused by name."""
     prob = make_problem(t=2, h=32, k=64, n=200, device=device)

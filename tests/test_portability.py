@@ -97,18 +97,21 @@ import json, re, sys
 from triton_sparse_mla import configs, portability
 out = {}
 for fp8 in (False, True):
-    for exchange in (False, True):
-        tile = configs.TileConfig(64, 64, 8, 2, exchange_p=exchange)
+    for exchange in (False, True, "apart"):
+        # (scores_apart at 32 rows and 3 stages: at 64 rows Triton 3.6 needs 232 KB for bf16)
+        tile = (configs.TileConfig(64, 32, 8, 3, scores_apart=True) if exchange == "apart"
+                else configs.TileConfig(64, 64, 8, 2, exchange_p=exchange))
         label, kernel, types, cx, div, warps, stages = next(
             v for v in portability._main_kernel_variants(tile, 90, fp8, "sm90") if "partial=1 d_pe=64" in v[0])
         k = portability._compile(kernel, types, cx, div, 90, warps, stages)
         ptx = k.asm["ptx"]
         out[f"{fp8}/{exchange}"] = dict(
-            qk=len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n32k16", ptx)),
+            qk=len(re.findall(rf"wgmma\.mma_async\.sync\.aligned\.m64n{tile.block_n // 2}k16", ptx)),
             pv=len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16", ptx)),
             cp_async=len(re.findall(r"cp\.async\.c[ga]\.shared\.global", ptx)), shared=k.metadata.shared)
         if exchange:
-            # Op order inside the main loop: scratch stores, then the barrier.
+            # Op order inside the main loop: scratch stores (none with scores_apart), then the
+            # barrier.
             lines = k.asm["ttgir"].splitlines()
             start = next(i for i, line in enumerate(lines) if "scf.for" in line)
             indent = lines[start][:len(lines[start]) - len(lines[start].lstrip())]
@@ -126,8 +129,10 @@ def test_probabilities_through_scratch_halve_the_score_work(tmp_path):
     instructions half the tile wide: 72 per step where one pass over the 576 columns takes 36
     (Triton lays out a dot that feeds another dot with every warp along M). With the
     probabilities through the scratch slot (``exchange_p``) each warpgroup computes half: 36.
-    The PV work and the asynchronous-copy pipeline stay. If a Triton release stops replicating
-    the plain tile, the first assertion says so, and ``exchange_p`` has no reason left."""
+    The PV work and the asynchronous-copy pipeline stay. With the scores and softmax in a
+    region of their own (``scores_apart``) the compiler splits the score tile itself. If a
+    Triton release stops replicating the plain tile, the first assertion says so, and neither
+    has a reason left."""
     counts = _probe(_EXCHANGE_PROBE, tmp_path)
     for fp8 in ("False", "True"):
         plain, exchanged = counts[f"{fp8}/False"], counts[f"{fp8}/True"]
@@ -140,6 +145,14 @@ def test_probabilities_through_scratch_halve_the_score_work(tmp_path):
         # experiment, BENCHMARKS.md "Lazy rescaling"). The shipped loop keeps the order.
         stores, barriers = exchanged["stores"], exchanged["barriers"]
         assert len(stores) == 2 and len(barriers) == 1 and max(stores) < barriers[0], counts
+        # With the scores and softmax in a region of their own (scores_apart) the compiler lays
+        # the score dots out across both warpgroups by itself, and the probabilities reach the
+        # PV dots through its shared memory: 36 per 32-row step, each warpgroup half of the
+        # rows (64x16 instructions), and no scratch slot.
+        apart = counts[f"{fp8}/apart"]
+        assert apart["qk"] == 576 // 16 and apart["pv"] == plain["pv"] // 2, counts
+        assert apart["stores"] == [] and apart["barriers"] == [], counts
+        assert apart["cp_async"] > 0 and apart["shared"] <= configs.SMEM_LIMIT["sm90"], counts
 
 
 _Q_SCALE_PROBE = r"""

@@ -55,6 +55,12 @@ class TileConfig:
     # sm120) and frees the stages' shared memory (16x32: 55 KB instead of 73-94). Where it is
     # on, see the tables below. No effect on bf16/fp16 rows.
     rows_ahead: bool = False
+    # The scores and softmax computed inside a region of their own (kernels/attention.py,
+    # SCORES_APART), so Triton lays the score dots out for themselves (the 64-head tile: each
+    # warpgroup half of the rows, 36 QK wgmma per step instead of 72) and moves the
+    # probabilities to the PV dots through shared memory. Replaces ``exchange_p``'s scratch
+    # slot in global memory where set. Experimental: on in no table yet.
+    scores_apart: bool = False
 
 
 @dataclass(frozen=True)

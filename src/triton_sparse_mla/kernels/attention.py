@@ -19,6 +19,16 @@ global memory (two buffers, alternating per step, one barrier per step). The slo
 SM's, so the tile must own its SM: its accumulator alone takes over half of the SM's
 registers (the launcher checks the tile's shape).
 
+``SCORES_APART`` (tiles with ``scores_apart``; replaces ``EXCHANGE_P`` where both are set): the
+same end by the compiler's own means. The scores and the softmax sit in a region of their own
+(a branch on ``n_rows > 0``, taken whenever a row can be valid); the forward slice of a dot,
+which Triton's layout choice searches for another dot, ends at the region's end. So each
+warpgroup computes half of the score tile, and Triton moves the probabilities and rescale
+factors into the PV dots' layout through shared memory: no scratch slot, no barrier of ours,
+no SM-id query. Compiled for sm90 (Triton 3.6): 36 QK ``wgmma`` per step, as with
+``EXCHANGE_P``; the 64x64 bf16 tile then needs 232 KB of shared memory (over sm90's 227), the
+fp8 one 201 KB, the 64x32 tiles 136-188 KB with 2-3 stages. On in no table until timed.
+
 ``PREFETCH_IDX`` (tiles with ``prefetch_idx``): the next tile's row ids are loaded one step
 ahead, so forming the gather's addresses does not wait for them (BENCHMARKS.md, "Row ids a
 step ahead").
@@ -89,6 +99,31 @@ def _load_fp8_rows(kv_ptr, b_idx, m_n, stride_kv, D_PE: tl.constexpr):
 
 
 @triton.jit
+def _scores(b_q0, b_q1, b_q2, b_q3, b_qp, b_k0, b_k1, b_k2, b_k3, b_kp, D_PE: tl.constexpr,
+            UNFUSED: tl.constexpr, INTERPRET: tl.constexpr):
+    """``q @ k^T`` over the four latent tiles and the rope columns, fp32 [BLOCK_H, BLOCK_N]."""
+    b_s = score_part(b_q0, b_k0, UNFUSED, INTERPRET)
+    b_s += score_part(b_q1, b_k1, UNFUSED, INTERPRET)
+    b_s += score_part(b_q2, b_k2, UNFUSED, INTERPRET)
+    b_s += score_part(b_q3, b_k3, UNFUSED, INTERPRET)
+    if D_PE > 0:
+        b_s += score_part(b_qp, b_kp, UNFUSED, INTERPRET)
+    return b_s
+
+
+@triton.jit
+def _softmax(b_s, m_n, b_m, b_l, qk_scale, P_DTYPE: tl.constexpr):
+    """One online-softmax step over raw scores ``b_s`` [BLOCK_H, BLOCK_N] (entries outside
+    ``m_n`` masked): ``(p in P_DTYPE, rescale factor, new max, new sum)``, base 2."""
+    b_s = tl.where(m_n[None, :], b_s * qk_scale, float("-inf"))
+    b_m_new = tl.maximum(b_m, tl.max(b_s, axis=1))
+    b_p = tl.exp2(b_s - b_m_new[:, None])
+    b_alpha = tl.exp2(b_m - b_m_new)
+    b_l = b_l * b_alpha + tl.sum(b_p, axis=1)
+    return b_p.to(P_DTYPE), b_alpha, b_m_new, b_l
+
+
+@triton.jit
 def _store_tile(p_o, b_acc, b_scale, m_h, J: tl.constexpr):
     o_c = J * LATENT_TILE + tl.arange(0, LATENT_TILE)
     b_o = b_acc * b_scale[:, None]
@@ -113,7 +148,7 @@ def sparse_mla_fwd_kernel(
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, INTERPRET: tl.constexpr,
     DTYPE: tl.constexpr, PIN_CVT: tl.constexpr, EXCHANGE_P: tl.constexpr,
     PREFETCH_IDX: tl.constexpr, FP8_F16: tl.constexpr, Q_SCALE: tl.constexpr,
-    ROWS_AHEAD: tl.constexpr,
+    ROWS_AHEAD: tl.constexpr, SCORES_APART: tl.constexpr,
 ):
     tl.static_assert(BLOCK_N >= 16, "tl.dot needs at least 16 rows per tile")
     tl.static_assert(BLOCK_H >= 16, "tl.dot needs at least 16 heads per tile (pad in registers)")
@@ -143,6 +178,8 @@ def sparse_mla_fwd_kernel(
         p_qp = q_pe_ptr + i_t * stride_qp_t + o_h[:, None] * stride_qp_h + o_p[None, :]
         b_qp = _to_operand(tl.load(p_qp, mask=m_h[:, None], other=0.0), Q_SCALE, DTYPE,
                            INTERPRET)  # [BLOCK_H, D_PE]
+    else:
+        b_qp = None
 
     n_start = i_s * split_size
     n_end = tl.minimum(n_start + split_size, topk)
@@ -195,12 +232,23 @@ def sparse_mla_fwd_kernel(
             b_k3 = load_latent_tile(p_row, m_n, 3, FP8, FP8_CVT, DTYPE, PIN_CVT, FP8_F16)
             if D_PE > 0:
                 b_kp = load_rope_tile(p_row, m_n, D_PE, FP8, DTYPE)  # [BLOCK_N, D_PE]
-        b_s = score_part(b_q0, b_k0, EXCHANGE_P, INTERPRET)  # [BLOCK_H, BLOCK_N]
-        b_s += score_part(b_q1, b_k1, EXCHANGE_P, INTERPRET)
-        b_s += score_part(b_q2, b_k2, EXCHANGE_P, INTERPRET)
-        b_s += score_part(b_q3, b_k3, EXCHANGE_P, INTERPRET)
-        if D_PE > 0:
-            b_s += score_part(b_qp, b_kp, EXCHANGE_P, INTERPRET)
+        if D_PE == 0:
+            b_kp = None
+        if SCORES_APART:
+            # A region of its own (n_rows > 0 always holds where a row is valid): Triton lays
+            # a dot out with every warp along M when another dot is in its forward slice, and
+            # that slice ends at the region's yield.
+            if n_rows > 0:
+                b_s = _scores(b_q0, b_q1, b_q2, b_q3, b_qp, b_k0, b_k1, b_k2, b_k3, b_kp, D_PE,
+                              True, INTERPRET)
+                b_p, b_alpha, b_m_new, b_l = _softmax(b_s, m_n, b_m, b_l, qk_scale, DTYPE)
+            else:
+                b_p = tl.zeros([BLOCK_H, BLOCK_N], dtype=DTYPE)
+                b_alpha = tl.full([BLOCK_H], 1.0, dtype=tl.float32)
+                b_m_new = b_m
+        else:
+            b_s = _scores(b_q0, b_q1, b_q2, b_q3, b_qp, b_k0, b_k1, b_k2, b_k3, b_kp, D_PE,
+                          EXCHANGE_P, INTERPRET)  # [BLOCK_H, BLOCK_N]
         if ROWS_AHEAD:
             # The next tile's rows, loaded while this one's softmax and PV run and the next
             # step's dequantization begins; ids of the tile after it.
@@ -209,13 +257,10 @@ def sparse_mla_fwd_kernel(
                 kv_ptr, b_idx_next, _row_mask(o_nn, b_idx_next, n_end, n_rows), stride_kv, D_PE)
             b_idx = b_idx_next
             b_idx_next = tl.load(p_idx + o_nn + BLOCK_N, mask=o_nn + BLOCK_N < n_end, other=-1)
-        b_s = tl.where(m_n[None, :], b_s * qk_scale, float("-inf"))
-        b_m_new = tl.maximum(b_m, tl.max(b_s, axis=1))
-        b_p = tl.exp2(b_s - b_m_new[:, None])
-        b_alpha = tl.exp2(b_m - b_m_new)
-        b_l = b_l * b_alpha + tl.sum(b_p, axis=1)
-        if FP8:  # P converted once here for fp8, inside tile_update for bf16: the codegen measured
-            b_p = b_p.to(DTYPE)
+        if not SCORES_APART:
+            # P converted once here for fp8, inside tile_update for bf16: the codegen measured
+            b_p, b_alpha, b_m_new, b_l = _softmax(b_s, m_n, b_m, b_l, qk_scale,
+                                                  DTYPE if FP8 else tl.float32)
         if EXCHANGE_P:
             i_buf = sm_index(INTERPRET) * 2 + (n0 // BLOCK_N) % 2
             o_sh = tl.arange(0, BLOCK_H)
@@ -325,7 +370,8 @@ def launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_
     ``plan``: a ``configs.LaunchPlan`` (tile, split count, fp8 decode path).
     """
     tile, splits, fp8_cvt = plan.tile, plan.splits, plan.fp8_cvt
-    block_h, block_n, exchange_p = tile.block_h, tile.block_n, tile.exchange_p
+    block_h, block_n = tile.block_h, tile.block_n
+    exchange_p = tile.exchange_p and not tile.scores_apart
     t_count, h_count, _ = q_nope.shape
     n_rows, topk = kv.shape[0], indices.shape[1]
     interpret = os.environ.get("TRITON_INTERPRET") == "1"
@@ -364,6 +410,7 @@ def launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_
         DTYPE=tl.float16 if dtype == torch.float16 else tl.bfloat16, EXCHANGE_P=exchange_p,
         BLOCK_H=block_h, BLOCK_N=block_n, INTERPRET=interpret, PREFETCH_IDX=tile.prefetch_idx,
         FP8_F16=fp8_f16, Q_SCALE=q_scale, ROWS_AHEAD=fp8 and tile.rows_ahead,
+        SCORES_APART=tile.scores_apart,
         PIN_CVT=fp8 and plan.pin_conversion and not interpret,  # the interpreter runs no PTX
         num_warps=tile.num_warps, num_stages=tile.num_stages,
     )

@@ -136,12 +136,13 @@ def test_fp8_rows_into_fp16_operands(tile, device):
 
 @pytest.mark.parametrize("tile", [configs.TileConfig(16, 32, 4, 1, fp8_f16=True, rows_ahead=True),
                                   configs.TileConfig(16, 32, 4, 2, rows_ahead=True),
+                                  configs.TileConfig(16, 32, 4, 2, rows_ahead=True, rows_early=True),
                                   configs.TileConfig(64, 64, 8, 2, exchange_p=True, rows_ahead=True)],
-                         ids=["16x32-f16", "16x32-bf16", "64x64-exchange"])
+                         ids=["16x32-f16", "16x32-bf16", "16x32-early", "64x64-exchange"])
 def test_fp8_rows_loaded_a_step_ahead(tile, device):
-    """fp8_ds_mla rows loaded into registers a step ahead (``rows_ahead``) match the
-    reference, split and not, with fp16 and bf16 operands; bf16 rows, for which the field is
-    ignored, still do."""
+    """fp8_ds_mla rows loaded into registers a step ahead (``rows_ahead``, the loads after the
+    scores or before them with ``rows_early``) match the reference, split and not, with fp16
+    and bf16 operands; bf16 rows, for which the fields are ignored, still do."""
     _check_tile("fp8", tile, device)
     _check_tile("fp8", tile, device, q_gain=1e5)
     _check_tile("plain", tile, device)

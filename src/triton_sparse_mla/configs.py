@@ -55,6 +55,11 @@ class TileConfig:
     # sm120) and frees the stages' shared memory (16x32: 55 KB instead of 73-94). Where it is
     # on, see the tables below. No effect on bf16/fp16 rows.
     rows_ahead: bool = False
+    # With rows_ahead: the next tile's loads issued before this tile's QK products instead of
+    # after them. On sm90's 3-stage 16-head decode tile 0.99-1.00x against no rows_ahead where
+    # the late placement is 0.91-0.93x, but 1.5% slower than the late one at T=4 (H200,
+    # 2026-12-01, run 66, then a temporary switch). Not timed at SM120's residency.
+    rows_early: bool = False
     # The scores and softmax computed inside a region of their own (kernels/attention.py,
     # SCORES_APART), so Triton lays the score dots out for themselves (the 64-head tile: each
     # warpgroup half of the rows, 36 QK wgmma per step instead of 72) and moves the

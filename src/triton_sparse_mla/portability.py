@@ -70,7 +70,7 @@ def _main_kernel_variants(tile: configs.TileConfig, cap: int, fp8: bool, family:
                               EXCHANGE_P=tile.exchange_p and not tile.scores_apart, PREFETCH_IDX=tile.prefetch_idx,
                               FP8_F16=fp8 and tile.fp8_f16, Q_SCALE=q_scale,
                               ROWS_AHEAD=fp8 and tile.rows_ahead,
-                              SCORES_APART=tile.scores_apart,
+                              ROWS_EARLY=tile.rows_early, SCORES_APART=tile.scores_apart,
                               **({} if tile.exchange_p and not tile.scores_apart else dict(scratch_p_ptr=None, scratch_alpha_ptr=None)),
                               DTYPE=tl.float16 if dtype == torch.float16 else tl.bfloat16)
             # Rows of 576 bf16 values and of 656 bytes both keep 16-byte alignment.

@@ -36,7 +36,8 @@ step ahead").
 ``ROWS_AHEAD`` (fp8_ds_mla rows, tiles with ``rows_ahead``): the next tile's rows are loaded
 into registers one step ahead (plain loads, their row ids two steps ahead) instead of through
 the asynchronous-copy pipeline into shared memory, so a step's dequantization starts from
-registers that arrived during the previous step.
+registers that arrived during the previous step. They are issued after the step's scores, or with
+``ROWS_EARLY`` (tiles with ``rows_early``) before them.
 """
 
 import math
@@ -99,6 +100,19 @@ def _load_fp8_rows(kv_ptr, b_idx, m_n, stride_kv, D_PE: tl.constexpr):
 
 
 @triton.jit
+def _next_rows(kv_ptr, p_idx, b_idx_next, o_n, n_end, n_rows, stride_kv, BLOCK_N: tl.constexpr,
+               D_PE: tl.constexpr):
+    """For ``ROWS_AHEAD``, in the step over entries ``o_n``: the next tile's rows
+    (:func:`_load_fp8_rows`, from its row ids ``b_idx_next``), those ids, and the ids of the
+    tile after it."""
+    o_nn = o_n + BLOCK_N
+    b_w0, b_w1, b_w2, b_w3, b_c0, b_c1, b_c2, b_c3, b_pe = _load_fp8_rows(
+        kv_ptr, b_idx_next, _row_mask(o_nn, b_idx_next, n_end, n_rows), stride_kv, D_PE)
+    b_idx_after = tl.load(p_idx + o_nn + BLOCK_N, mask=o_nn + BLOCK_N < n_end, other=-1)
+    return b_w0, b_w1, b_w2, b_w3, b_c0, b_c1, b_c2, b_c3, b_pe, b_idx_next, b_idx_after
+
+
+@triton.jit
 def _scores(b_q0, b_q1, b_q2, b_q3, b_qp, b_k0, b_k1, b_k2, b_k3, b_kp, D_PE: tl.constexpr,
             UNFUSED: tl.constexpr, INTERPRET: tl.constexpr):
     """``q @ k^T`` over the four latent tiles and the rope columns, fp32 [BLOCK_H, BLOCK_N]."""
@@ -148,7 +162,7 @@ def sparse_mla_fwd_kernel(
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, INTERPRET: tl.constexpr,
     DTYPE: tl.constexpr, PIN_CVT: tl.constexpr, EXCHANGE_P: tl.constexpr,
     PREFETCH_IDX: tl.constexpr, FP8_F16: tl.constexpr, Q_SCALE: tl.constexpr,
-    ROWS_AHEAD: tl.constexpr, SCORES_APART: tl.constexpr,
+    ROWS_AHEAD: tl.constexpr, ROWS_EARLY: tl.constexpr, SCORES_APART: tl.constexpr,
 ):
     tl.static_assert(BLOCK_N >= 16, "tl.dot needs at least 16 rows per tile")
     tl.static_assert(BLOCK_H >= 16, "tl.dot needs at least 16 heads per tile (pad in registers)")
@@ -232,6 +246,10 @@ def sparse_mla_fwd_kernel(
             b_k3 = load_latent_tile(p_row, m_n, 3, FP8, FP8_CVT, DTYPE, PIN_CVT, FP8_F16)
             if D_PE > 0:
                 b_kp = load_rope_tile(p_row, m_n, D_PE, FP8, DTYPE)  # [BLOCK_N, D_PE]
+        if ROWS_AHEAD and ROWS_EARLY:
+            # (ROWS_EARLY: the next tile's rows are loaded before this tile's scores instead)
+            b_r0, b_r1, b_r2, b_r3, b_c0, b_c1, b_c2, b_c3, b_pe, b_idx, b_idx_next = _next_rows(
+                kv_ptr, p_idx, b_idx_next, o_n, n_end, n_rows, stride_kv, BLOCK_N, D_PE)
         if D_PE == 0:
             b_kp = None
         if SCORES_APART:
@@ -249,14 +267,11 @@ def sparse_mla_fwd_kernel(
         else:
             b_s = _scores(b_q0, b_q1, b_q2, b_q3, b_qp, b_k0, b_k1, b_k2, b_k3, b_kp, D_PE,
                           EXCHANGE_P, INTERPRET)  # [BLOCK_H, BLOCK_N]
-        if ROWS_AHEAD:
+        if ROWS_AHEAD and not ROWS_EARLY:
             # The next tile's rows, loaded while this one's softmax and PV run and the next
             # step's dequantization begins; ids of the tile after it.
-            o_nn = o_n + BLOCK_N
-            b_r0, b_r1, b_r2, b_r3, b_c0, b_c1, b_c2, b_c3, b_pe = _load_fp8_rows(
-                kv_ptr, b_idx_next, _row_mask(o_nn, b_idx_next, n_end, n_rows), stride_kv, D_PE)
-            b_idx = b_idx_next
-            b_idx_next = tl.load(p_idx + o_nn + BLOCK_N, mask=o_nn + BLOCK_N < n_end, other=-1)
+            b_r0, b_r1, b_r2, b_r3, b_c0, b_c1, b_c2, b_c3, b_pe, b_idx, b_idx_next = _next_rows(
+                kv_ptr, p_idx, b_idx_next, o_n, n_end, n_rows, stride_kv, BLOCK_N, D_PE)
         if not SCORES_APART:
             # P converted once here for fp8, inside tile_update for bf16: the codegen measured
             b_p, b_alpha, b_m_new, b_l = _softmax(b_s, m_n, b_m, b_l, qk_scale,
@@ -410,7 +425,7 @@ def launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_
         DTYPE=tl.float16 if dtype == torch.float16 else tl.bfloat16, EXCHANGE_P=exchange_p,
         BLOCK_H=block_h, BLOCK_N=block_n, INTERPRET=interpret, PREFETCH_IDX=tile.prefetch_idx,
         FP8_F16=fp8_f16, Q_SCALE=q_scale, ROWS_AHEAD=fp8 and tile.rows_ahead,
-        SCORES_APART=tile.scores_apart,
+        ROWS_EARLY=tile.rows_early, SCORES_APART=tile.scores_apart,
         PIN_CVT=fp8 and plan.pin_conversion and not interpret,  # the interpreter runs no PTX
         num_warps=tile.num_warps, num_stages=tile.num_stages,
     )

@@ -98,7 +98,7 @@ from triton_sparse_mla import configs, portability
 out = {}
 for fp8 in (False, True):
     for exchange in (False, True, "apart"):
-        # (scores_apart at 32 rows and 3 stages: at 64 rows Triton 3.6 needs 232 KB for bf16)
+        # (scores_apart at 32 rows and 3 stages: at 64 rows Triton 3.8 needs 232 KB for bf16)
         tile = (configs.TileConfig(64, 32, 8, 3, scores_apart=True) if exchange == "apart"
                 else configs.TileConfig(64, 64, 8, 2, exchange_p=exchange))
         label, kernel, types, cx, div, warps, stages = next(

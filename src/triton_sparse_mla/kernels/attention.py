@@ -25,9 +25,11 @@ same end by the compiler's own means. The scores and the softmax sit in a region
 which Triton's layout choice searches for another dot, ends at the region's end. So each
 warpgroup computes half of the score tile, and Triton moves the probabilities and rescale
 factors into the PV dots' layout through shared memory: no scratch slot, no barrier of ours,
-no SM-id query. Compiled for sm90 (Triton 3.6): 36 QK ``wgmma`` per step, as with
-``EXCHANGE_P``; the 64x64 bf16 tile then needs 232 KB of shared memory (over sm90's 227), the
-fp8 one 201 KB, the 64x32 tiles 136-188 KB with 2-3 stages. On in no table until timed.
+no SM-id query. Compiled for sm90: 36 QK ``wgmma`` per step, as with ``EXCHANGE_P``, and
+by Triton 3.6 965 instructions per warp and step against 980 (bf16 64x64), 9 barriers against
+14, 224 KB of shared memory as with ``EXCHANGE_P`` (fp8: 193 KB); Triton 3.8 converts the
+probabilities three times there and needs 232 KB, over sm90's 227 KB; the 64x32 tiles fit
+both (153-184 KB with 3 stages). On in no table until timed.
 
 ``PREFETCH_IDX`` (tiles with ``prefetch_idx``): the next tile's row ids are loaded one step
 ahead, so forming the gather's addresses does not wait for them (BENCHMARKS.md, "Row ids a
@@ -261,7 +263,9 @@ def sparse_mla_fwd_kernel(
                               True, INTERPRET)
                 b_p, b_alpha, b_m_new, b_l = _softmax(b_s, m_n, b_m, b_l, qk_scale, DTYPE)
             else:
-                b_p = tl.zeros([BLOCK_H, BLOCK_N], dtype=DTYPE)
+                # Zeros formed at run time: as a constant, Triton 3.6 keeps the tile in the
+                # PV operand layout in 8 KB of shared memory of its own for the whole kernel.
+                b_p = (tl.zeros([BLOCK_H, BLOCK_N], dtype=tl.float32) * qk_scale).to(DTYPE)
                 b_alpha = tl.full([BLOCK_H], 1.0, dtype=tl.float32)
                 b_m_new = b_m
         else:

@@ -1,0 +1,277 @@
+"""Prototype (not in the library): the 64-head bf16 tile for SM90 written in Gluon.
+
+Why: Triton's tile for 64+ heads (``exchange_p``, kernels/attention.py) reaches 0.5x FlashMLA.
+Its SASS shows, per 64-row step, five full drains of the tensor pipe in QK (each of the five
+column groups' dots ends with ``wgmma.wait_group 0``: Triton makes only loop-carried
+accumulator dots asynchronous), the probabilities and rescale factors through a scratch slot
+in global memory (an L2 round trip and our own barrier) and 14 barriers. Gluon (Triton's
+lower-level language, in Triton 3.6 and 3.8 with the same calls used here) states each of
+these directly:
+
+* the five QK dots are issued asynchronously on one accumulator and waited for once;
+* each warpgroup computes half of the score tile's rows (``warps_per_cta=[4, 2]``), the
+  row max and sum are reduced across the two, and the probabilities go to the PV dots through
+  8 KB of shared memory;
+* the gathered rows go through a 2-stage ring of asynchronous copies, the next tile's copies
+  issued as soon as the last step's PV dots are known complete.
+
+Same shared memory as the Triton tile (q 72 KB, two stages of 64 rows 144 KB, P 8 KB). bf16
+rows with 64 rope columns, 64 heads per program, one split (the shipped rule gives one split
+from T=128 on with 64+ heads), optional ``topk_length``; no sink, no lse.
+
+Compiled for sm90 (2026-12-01): Triton 3.6 765 instructions per warp and 64-row step against
+the Triton tile's 980, 5 barriers against 14, 2 tensor-pipe drains against 9 (five QK, four
+PV), 247 registers without spills (Triton 3.8: 759 instructions, 238 registers). Not yet run
+on a GPU: correctness and speed are what ``main_gpu`` checks first.
+
+Usage: ``python benchmarks/gluon_sm90.py --compile`` (CPU: compiles for sm90, prints shared
+memory, registers and the loop's instruction counts); ``python benchmarks/gluon_sm90.py OUT.json``
+(GPU: checks against the float64 reference, then times it beside the shipped tile).
+"""
+
+import json
+import sys
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
+
+BLOCK_H, BLOCK_N, LAT, D_PE, NUM_WARPS, NS = 64, 64, 128, 64, 8, 2
+# A barrier of all the program's threads: gl.thread_barrier in Triton 3.6, gl.barrier in 3.8.
+_barrier = getattr(gl, "barrier", None) or gl.thread_barrier
+
+
+@gluon.jit
+def _gather(k_s0, k_s1, k_s2, k_s3, kp_s, kv_ptr, idx_ptr, n0, n_end, n_rows, stride_kv, slot,
+            GATHER: gl.constexpr, GATHER_PE: gl.constexpr, BLOCK_N: gl.constexpr,
+            LAT: gl.constexpr, D_PE: gl.constexpr):
+    """Issue the asynchronous copies of rows ``idx[n0:n0 + BLOCK_N]`` into ring slot ``slot``:
+    four latent tiles [BLOCK_N, LAT] and the rope tile [BLOCK_N, D_PE]; entries past ``n_end``
+    and invalid row ids are zero-filled."""
+    o_n = n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, GATHER))
+    b_idx = gl.load(idx_ptr + o_n, mask=o_n < n_end, other=-1)
+    m_n = (o_n < n_end) & (b_idx >= 0) & (b_idx < n_rows)
+    p_row = kv_ptr + b_idx.to(gl.int64) * stride_kv
+    o_c = gl.arange(0, LAT, layout=gl.SliceLayout(0, GATHER))
+    # (one allocation per latent tile: copies into subviews of one allocation at a dynamic
+    # index each get a barrier of their own, as the compiler cannot tell them apart)
+    ptrs = p_row[:, None] + o_c[None, :]
+    async_copy.async_copy_global_to_shared(k_s0.index(slot), ptrs, mask=m_n[:, None])
+    async_copy.async_copy_global_to_shared(k_s1.index(slot), ptrs + LAT, mask=m_n[:, None])
+    async_copy.async_copy_global_to_shared(k_s2.index(slot), ptrs + 2 * LAT, mask=m_n[:, None])
+    async_copy.async_copy_global_to_shared(k_s3.index(slot), ptrs + 3 * LAT, mask=m_n[:, None])
+    o_n2 = n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, GATHER_PE))
+    b_idx2 = gl.load(idx_ptr + o_n2, mask=o_n2 < n_end, other=-1)
+    m_n2 = (o_n2 < n_end) & (b_idx2 >= 0) & (b_idx2 < n_rows)
+    p_row2 = kv_ptr + b_idx2.to(gl.int64) * stride_kv + 4 * LAT
+    o_p = gl.arange(0, D_PE, layout=gl.SliceLayout(0, GATHER_PE))
+    async_copy.async_copy_global_to_shared(kp_s.index(slot), p_row2[:, None] + o_p[None, :],
+                                           mask=m_n2[:, None])
+    async_copy.commit_group()
+
+
+@gluon.jit
+def sparse_mla_gluon_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, out_ptr, qk_scale, n_rows, n_heads, topk,
+                            stride_q_t, stride_q_h, stride_kv, stride_idx_t, stride_o_t, stride_o_h,
+                            HAS_LEN: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
+                            LAT: gl.constexpr, D_PE: gl.constexpr, NS: gl.constexpr):
+    GATHER: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [gl.num_warps(), 1], [1, 0])
+    GATHER_PE: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [gl.num_warps(), 1], [1, 0])
+    SMEM: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
+    # Scores: each warpgroup computes half of the rows (columns of S). Output tiles: each
+    # warpgroup half of each tile's 128 columns.
+    S_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
+                                                  instr_shape=[16, BLOCK_N // 2, 16])
+    O_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
+                                                  instr_shape=[16, LAT // 2, 16])
+
+    n_h_tiles = gl.cdiv(n_heads, BLOCK_H)
+    i_t = (gl.program_id(0) // n_h_tiles).to(gl.int64)
+    h0 = (gl.program_id(0) % n_h_tiles) * BLOCK_H
+
+    # q into shared memory, once: four latent tiles and the rope tile.
+    o_h = h0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, GATHER))
+    m_h = o_h < n_heads
+    p_q = q_ptr + i_t * stride_q_t + o_h * stride_q_h
+    o_c = gl.arange(0, LAT, layout=gl.SliceLayout(0, GATHER))
+    q_s0 = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, LAT], SMEM,
+                                     gl.load(p_q[:, None] + o_c[None, :], mask=m_h[:, None], other=0.0))
+    q_s1 = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, LAT], SMEM,
+                                     gl.load(p_q[:, None] + (LAT + o_c)[None, :], mask=m_h[:, None], other=0.0))
+    q_s2 = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, LAT], SMEM,
+                                     gl.load(p_q[:, None] + (2 * LAT + o_c)[None, :], mask=m_h[:, None], other=0.0))
+    q_s3 = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, LAT], SMEM,
+                                     gl.load(p_q[:, None] + (3 * LAT + o_c)[None, :], mask=m_h[:, None], other=0.0))
+    o_h2 = h0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, GATHER_PE))
+    o_p = gl.arange(0, D_PE, layout=gl.SliceLayout(0, GATHER_PE))
+    p_q2 = q_ptr + i_t * stride_q_t + o_h2 * stride_q_h + 4 * LAT
+    q_sp = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, D_PE], SMEM,
+                                     gl.load(p_q2[:, None] + o_p[None, :], mask=(o_h2 < n_heads)[:, None], other=0.0))
+    k_s0 = gl.allocate_shared_memory(gl.bfloat16, [NS, BLOCK_N, LAT], SMEM)
+    k_s1 = gl.allocate_shared_memory(gl.bfloat16, [NS, BLOCK_N, LAT], SMEM)
+    k_s2 = gl.allocate_shared_memory(gl.bfloat16, [NS, BLOCK_N, LAT], SMEM)
+    k_s3 = gl.allocate_shared_memory(gl.bfloat16, [NS, BLOCK_N, LAT], SMEM)
+    kp_smem = gl.allocate_shared_memory(gl.bfloat16, [NS, BLOCK_N, D_PE], SMEM)
+    p_smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, BLOCK_N], SMEM)
+
+    n_end = topk
+    if HAS_LEN:
+        n_end = gl.minimum(n_end, gl.load(len_ptr + i_t))
+    n_steps = gl.cdiv(n_end, BLOCK_N)
+    p_idx = idx_ptr + i_t * stride_idx_t
+    _gather(k_s0, k_s1, k_s2, k_s3, kp_smem, kv_ptr, p_idx, 0, n_end, n_rows, stride_kv, 0,
+            GATHER, GATHER_PE, BLOCK_N, LAT, D_PE)
+
+    b_m = gl.full([BLOCK_H], -1.0e30, gl.float32, layout=gl.SliceLayout(1, S_L))
+    # The softmax denominator kept per score-tile entry and summed over the rows once at the
+    # end: a sum across the two warpgroups each step would take two more barriers.
+    b_l2 = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=S_L)
+    acc0 = gl.zeros([BLOCK_H, LAT], gl.float32, layout=O_L)
+    acc1 = gl.zeros([BLOCK_H, LAT], gl.float32, layout=O_L)
+    acc2 = gl.zeros([BLOCK_H, LAT], gl.float32, layout=O_L)
+    acc3 = gl.zeros([BLOCK_H, LAT], gl.float32, layout=O_L)
+    s_zero = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=S_L)
+    for i in range(n_steps):
+        slot = i % NS
+        async_copy.wait_group(0)  # this thread's copies of step i
+        _barrier()  # everyone's
+        k0 = k_s0.index(slot)
+        k1 = k_s1.index(slot)
+        k2 = k_s2.index(slot)
+        k3 = k_s3.index(slot)
+        kp = kp_smem.index(slot)
+        s = warpgroup_mma(q_s0, k0.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        s = warpgroup_mma(q_s1, k1.permute((1, 0)), s, is_async=True)
+        s = warpgroup_mma(q_s2, k2.permute((1, 0)), s, is_async=True)
+        s = warpgroup_mma(q_s3, k3.permute((1, 0)), s, is_async=True)
+        s = warpgroup_mma(q_sp, kp.permute((1, 0)), s, is_async=True)
+        # While the score dots run: the next tile's copies, into the slot the last step's PV
+        # dots read (both warpgroups waited for those before the barrier above).
+        if i + 1 < n_steps:
+            _gather(k_s0, k_s1, k_s2, k_s3, kp_smem, kv_ptr, p_idx, (i + 1) * BLOCK_N, n_end, n_rows,
+                    stride_kv, (i + 1) % NS, GATHER, GATHER_PE, BLOCK_N, LAT, D_PE)
+        s = warpgroup_mma_wait(0, deps=[s])  # one wait for the five score dots
+        o_n = i * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_L))
+        b_idx = gl.load(p_idx + o_n, mask=o_n < n_end, other=-1)
+        m_n = (o_n < n_end) & (b_idx >= 0) & (b_idx < n_rows)
+        s = gl.where(m_n[None, :], s * qk_scale, float("-inf"))
+        b_m_new = gl.maximum(b_m, gl.max(s, axis=1))
+        p = gl.exp2(s - b_m_new[:, None])
+        alpha = gl.exp2(b_m - b_m_new)
+        b_l2 = b_l2 * alpha[:, None] + p
+        b_m = b_m_new
+        p_smem.store(p.to(gl.bfloat16))
+        fence_async_shared()
+        _barrier()  # both halves of P are in place
+        # Every accumulator rescaled before the first PV dot is issued: ptxas serializes all
+        # wgmma (a wait after each instruction; its remark C7515) when other instructions
+        # write an accumulator while a wgmma is in flight.
+        a_o = gl.convert_layout(alpha, gl.SliceLayout(1, O_L))[:, None]
+        acc0 = acc0 * a_o
+        acc1 = acc1 * a_o
+        acc2 = acc2 * a_o
+        acc3 = acc3 * a_o
+        acc0 = warpgroup_mma(p_smem, k0, acc0, is_async=True)
+        acc1 = warpgroup_mma(p_smem, k1, acc1, is_async=True)
+        acc2 = warpgroup_mma(p_smem, k2, acc2, is_async=True)
+        acc3 = warpgroup_mma(p_smem, k3, acc3, is_async=True)
+        # One wait for the four PV dots, inside the step: a wgmma still in flight while the
+        # next step defines its score accumulator would make ptxas serialize every wgmma.
+        acc0, acc1, acc2, acc3 = warpgroup_mma_wait(0, deps=[acc0, acc1, acc2, acc3])
+
+    async_copy.wait_group(0)  # (with no step run, the prologue's masked copies)
+    b_l = gl.sum(b_l2, axis=1)
+    inv_l = gl.convert_layout(1.0 / gl.where(b_l > 0.0, b_l, 1.0), gl.SliceLayout(1, O_L))[:, None]
+    o_ho = h0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, O_L))
+    o_co = gl.arange(0, LAT, layout=gl.SliceLayout(0, O_L))
+    p_o = out_ptr + i_t * stride_o_t + o_ho[:, None] * stride_o_h + o_co[None, :]
+    m_o = (o_ho < n_heads)[:, None]
+    gl.store(p_o, (acc0 * inv_l).to(gl.bfloat16), mask=m_o)
+    gl.store(p_o + LAT, (acc1 * inv_l).to(gl.bfloat16), mask=m_o)
+    gl.store(p_o + 2 * LAT, (acc2 * inv_l).to(gl.bfloat16), mask=m_o)
+    gl.store(p_o + 3 * LAT, (acc3 * inv_l).to(gl.bfloat16), mask=m_o)
+
+
+def launch(q, kv, indices, sm_scale, topk_length=None, out=None):
+    """``q [T, H, 576]`` bf16, ``kv [N, 576]`` bf16, ``indices [T, K]`` int32 -> ``out [T, H, 512]``."""
+    t_count, h_count, _ = q.shape
+    out = torch.empty(t_count, h_count, 512, dtype=torch.bfloat16, device=q.device) if out is None else out
+    grid = (t_count * triton.cdiv(h_count, BLOCK_H),)
+    return sparse_mla_gluon_kernel[grid](
+        q, kv, indices, topk_length if topk_length is not None else indices, out,
+        float(sm_scale) * 1.4426950408889634, kv.shape[0], h_count, indices.shape[1],
+        q.stride(0), q.stride(1), kv.stride(0), indices.stride(0), out.stride(0), out.stride(1),
+        HAS_LEN=topk_length is not None, BLOCK_H=BLOCK_H, BLOCK_N=BLOCK_N, LAT=LAT, D_PE=D_PE, NS=NS,
+        num_warps=NUM_WARPS)
+
+
+def compile_check(cap=90):
+    """Compile for ``sm{cap}`` without a GPU; return (shared bytes, the compiled kernel)."""
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    fn = sparse_mla_gluon_kernel
+    types = dict(q_ptr="*bf16", kv_ptr="*bf16", idx_ptr="*i32", len_ptr="*i32", out_ptr="*bf16",
+                 qk_scale="fp32")
+    consts = dict(HAS_LEN=True, BLOCK_H=BLOCK_H, BLOCK_N=BLOCK_N, LAT=LAT, D_PE=D_PE, NS=NS)
+    signature = {n: ("constexpr" if n in consts else types.get(n, "i32")) for n in fn.arg_names}
+    div = [n for n in fn.arg_names if n.endswith("_ptr") or n.startswith("stride_")]
+    attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in div}
+    src = GluonASTSource(fn=fn, signature=signature, constexprs=consts, attrs=attrs)
+    k = triton.compile(src, target=GPUTarget("cuda", cap, 32), options={"num_warps": NUM_WARPS})
+    return k.metadata.shared, k
+
+
+def main_gpu(path):
+    sys.path.insert(0, "benchmarks")
+    from sweep import plan_call  # noqa: E402
+    from triton_sparse_mla import configs
+    from triton_sparse_mla.bench import Caches, Workload, make_inputs, time_us
+    from triton_sparse_mla.reference import sparse_mla_reference
+
+    records = []
+    # correctness on a small problem with lengths, against float64
+    torch.manual_seed(0)
+    t, h, n, k = 5, 128, 3000, 256
+    q = torch.randn(t, h, 576, device="cuda", dtype=torch.bfloat16)
+    kv = torch.randn(n, 576, device="cuda", dtype=torch.bfloat16)
+    idx = torch.randint(-1, n, (t, k), device="cuda", dtype=torch.int32)
+    lens = torch.tensor([256, 1, 100, 64, 0], device="cuda", dtype=torch.int32)
+    ref, _ = sparse_mla_reference(q, kv, idx, 576 ** -0.5, topk_length=lens)
+    out = launch(q, kv, idx, 576 ** -0.5, lens)
+    torch.cuda.synchronize()
+    err = ((out.double() - ref.double()).norm() / ref.double().norm()).item()
+    print(f"GLUON check T={t} H={h} K={k} rel err {err:.2e}", flush=True)
+    records.append(dict(check="reference", rel_err=err))
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    caches = Caches()
+    for w in [Workload("decode", 128, 64, "bf16"), Workload("decode", 128, 128, "bf16"),
+              Workload("decode", 512, 128, "bf16"),
+              Workload("prefill", 4096, 64, "bf16", n_rows=32768),
+              Workload("prefill", 4096, 128, "bf16", n_rows=32768)]:
+        q, kv, idx, lengths = make_inputs(w, caches)
+        tile = configs.plan_launch("sm90", sms, 1, t_count=w.t, h_count=w.h, topk=2048, fp8=False).tile
+        ref_out = torch.empty(w.t, w.h, 512, device="cuda", dtype=torch.bfloat16)
+        _, fn = plan_call((q, kv, idx, lengths), ref_out, tile, 1, False, sms)
+        us_shipped = time_us(fn)
+        g_out = torch.empty_like(ref_out)
+        us_gluon = time_us(lambda: launch(q, kv, idx, 576 ** -0.5, lengths, g_out))
+        diff = ((g_out.float() - ref_out.float()).norm() / ref_out.float().norm()).item()
+        rec = dict(workload=w.name, shipped_us=us_shipped, gluon_us=us_gluon, speedup=us_shipped / us_gluon,
+                   rel_diff=diff)
+        records.append(rec)
+        print(f"GLUON {w.name:38} shipped {us_shipped:9.1f} us  gluon {us_gluon:9.1f} us  "
+              f"{us_shipped / us_gluon:5.2f}x  diff={diff:.1e}", flush=True)
+    with open(path, "w") as f:
+        json.dump(records, f, indent=1)
+
+
+if __name__ == "__main__":
+    if "--compile" in sys.argv:
+        shared, k = compile_check()
+        print(f"sm90: {shared / 1024:.1f} KB shared memory")
+    else:
+        main_gpu(sys.argv[1])

@@ -13,16 +13,18 @@ these directly:
   row max and sum are reduced across the two, and the probabilities go to the PV dots through
   8 KB of shared memory;
 * the gathered rows go through a 2-stage ring of asynchronous copies, the next tile's copies
-  issued as soon as the last step's PV dots are known complete.
+  issued while this step's score dots run (its slot was last read by the PV dots of the step
+  before, which both warpgroups have waited for).
 
 Same shared memory as the Triton tile (q 72 KB, two stages of 64 rows 144 KB, P 8 KB). bf16
 rows with 64 rope columns, 64 heads per program, one split (the shipped rule gives one split
 from T=128 on with 64+ heads), optional ``topk_length``; no sink, no lse.
 
-Compiled for sm90 (2026-12-01): Triton 3.6 765 instructions per warp and 64-row step against
-the Triton tile's 980, 5 barriers against 14, 2 tensor-pipe drains against 9 (five QK, four
-PV), 247 registers without spills (Triton 3.8: 759 instructions, 238 registers). Not yet run
-on a GPU: correctness and speed are what ``main_gpu`` checks first.
+The row ids of a tile are loaded a step before its copies are issued. Compiled for sm90
+(2026-12-01): Triton 3.6 744 instructions per warp and 64-row step against the Triton tile's
+980, 5 barriers against 14, 2 tensor-pipe drains against 9 (five QK, four PV), 255 registers
+without spills (Triton 3.8: 739 instructions, 247 registers). Not yet run on a GPU:
+correctness and speed are what ``main_gpu`` checks first.
 
 Usage: ``python benchmarks/gluon_sm90.py --compile`` (CPU: compiles for sm90, prints shared
 memory, registers and the loop's instruction counts); ``python benchmarks/gluon_sm90.py OUT.json``
@@ -45,15 +47,19 @@ _barrier = getattr(gl, "barrier", None) or gl.thread_barrier
 
 
 @gluon.jit
-def _gather(k_s0, k_s1, k_s2, k_s3, kp_s, kv_ptr, idx_ptr, n0, n_end, n_rows, stride_kv, slot,
-            GATHER: gl.constexpr, GATHER_PE: gl.constexpr, BLOCK_N: gl.constexpr,
-            LAT: gl.constexpr, D_PE: gl.constexpr):
-    """Issue the asynchronous copies of rows ``idx[n0:n0 + BLOCK_N]`` into ring slot ``slot``:
-    four latent tiles [BLOCK_N, LAT] and the rope tile [BLOCK_N, D_PE]; entries past ``n_end``
-    and invalid row ids are zero-filled."""
-    o_n = n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, GATHER))
-    b_idx = gl.load(idx_ptr + o_n, mask=o_n < n_end, other=-1)
-    m_n = (o_n < n_end) & (b_idx >= 0) & (b_idx < n_rows)
+def _row_ids(idx_ptr, n0, n_end, LAYOUT: gl.constexpr, BLOCK_N: gl.constexpr):
+    """Row ids ``idx[n0:n0 + BLOCK_N]`` in ``LAYOUT``, -1 past ``n_end``."""
+    o_n = n0 + gl.arange(0, BLOCK_N, layout=LAYOUT)
+    return gl.load(idx_ptr + o_n, mask=o_n < n_end, other=-1)
+
+
+@gluon.jit
+def _gather(k_s0, k_s1, k_s2, k_s3, kp_s, kv_ptr, b_idx, b_idx2, n_rows, stride_kv, slot,
+            GATHER: gl.constexpr, GATHER_PE: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr):
+    """Issue the asynchronous copies of rows ``b_idx`` (the same ids in GATHER's and GATHER_PE's
+    row slices) into ring slot ``slot``: four latent tiles [BLOCK_N, LAT] and the rope tile
+    [BLOCK_N, D_PE]; invalid row ids (-1 past the end) are zero-filled."""
+    m_n = (b_idx >= 0) & (b_idx < n_rows)
     p_row = kv_ptr + b_idx.to(gl.int64) * stride_kv
     o_c = gl.arange(0, LAT, layout=gl.SliceLayout(0, GATHER))
     # (one allocation per latent tile: copies into subviews of one allocation at a dynamic
@@ -63,9 +69,7 @@ def _gather(k_s0, k_s1, k_s2, k_s3, kp_s, kv_ptr, idx_ptr, n0, n_end, n_rows, st
     async_copy.async_copy_global_to_shared(k_s1.index(slot), ptrs + LAT, mask=m_n[:, None])
     async_copy.async_copy_global_to_shared(k_s2.index(slot), ptrs + 2 * LAT, mask=m_n[:, None])
     async_copy.async_copy_global_to_shared(k_s3.index(slot), ptrs + 3 * LAT, mask=m_n[:, None])
-    o_n2 = n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, GATHER_PE))
-    b_idx2 = gl.load(idx_ptr + o_n2, mask=o_n2 < n_end, other=-1)
-    m_n2 = (o_n2 < n_end) & (b_idx2 >= 0) & (b_idx2 < n_rows)
+    m_n2 = (b_idx2 >= 0) & (b_idx2 < n_rows)
     p_row2 = kv_ptr + b_idx2.to(gl.int64) * stride_kv + 4 * LAT
     o_p = gl.arange(0, D_PE, layout=gl.SliceLayout(0, GATHER_PE))
     async_copy.async_copy_global_to_shared(kp_s.index(slot), p_row2[:, None] + o_p[None, :],
@@ -122,8 +126,14 @@ def sparse_mla_gluon_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, out_ptr, qk_scale, 
         n_end = gl.minimum(n_end, gl.load(len_ptr + i_t))
     n_steps = gl.cdiv(n_end, BLOCK_N)
     p_idx = idx_ptr + i_t * stride_idx_t
-    _gather(k_s0, k_s1, k_s2, k_s3, kp_smem, kv_ptr, p_idx, 0, n_end, n_rows, stride_kv, 0,
-            GATHER, GATHER_PE, BLOCK_N, LAT, D_PE)
+    G_ROWS: gl.constexpr = gl.SliceLayout(1, GATHER)
+    GP_ROWS: gl.constexpr = gl.SliceLayout(1, GATHER_PE)
+    _gather(k_s0, k_s1, k_s2, k_s3, kp_smem, kv_ptr, _row_ids(p_idx, 0, n_end, G_ROWS, BLOCK_N),
+            _row_ids(p_idx, 0, n_end, GP_ROWS, BLOCK_N), n_rows, stride_kv, 0, GATHER, GATHER_PE,
+            LAT, D_PE)
+    # The next tile's row ids, loaded a step before its copies are issued.
+    b_idx_g = _row_ids(p_idx, BLOCK_N, n_end, G_ROWS, BLOCK_N)
+    b_idx_p = _row_ids(p_idx, BLOCK_N, n_end, GP_ROWS, BLOCK_N)
 
     b_m = gl.full([BLOCK_H], -1.0e30, gl.float32, layout=gl.SliceLayout(1, S_L))
     # The softmax denominator kept per score-tile entry and summed over the rows once at the
@@ -151,12 +161,13 @@ def sparse_mla_gluon_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, out_ptr, qk_scale, 
         # While the score dots run: the next tile's copies, into the slot the last step's PV
         # dots read (both warpgroups waited for those before the barrier above).
         if i + 1 < n_steps:
-            _gather(k_s0, k_s1, k_s2, k_s3, kp_smem, kv_ptr, p_idx, (i + 1) * BLOCK_N, n_end, n_rows,
-                    stride_kv, (i + 1) % NS, GATHER, GATHER_PE, BLOCK_N, LAT, D_PE)
+            _gather(k_s0, k_s1, k_s2, k_s3, kp_smem, kv_ptr, b_idx_g, b_idx_p, n_rows, stride_kv,
+                    (i + 1) % NS, GATHER, GATHER_PE, LAT, D_PE)
+            b_idx_g = _row_ids(p_idx, (i + 2) * BLOCK_N, n_end, G_ROWS, BLOCK_N)
+            b_idx_p = _row_ids(p_idx, (i + 2) * BLOCK_N, n_end, GP_ROWS, BLOCK_N)
         s = warpgroup_mma_wait(0, deps=[s])  # one wait for the five score dots
-        o_n = i * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_L))
-        b_idx = gl.load(p_idx + o_n, mask=o_n < n_end, other=-1)
-        m_n = (o_n < n_end) & (b_idx >= 0) & (b_idx < n_rows)
+        b_idx = _row_ids(p_idx, i * BLOCK_N, n_end, gl.SliceLayout(0, S_L), BLOCK_N)
+        m_n = (b_idx >= 0) & (b_idx < n_rows)
         s = gl.where(m_n[None, :], s * qk_scale, float("-inf"))
         b_m_new = gl.maximum(b_m, gl.max(s, axis=1))
         p = gl.exp2(s - b_m_new[:, None])

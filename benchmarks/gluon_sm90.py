@@ -10,8 +10,8 @@ these directly:
 
 * the five QK dots are issued asynchronously on one accumulator and waited for once;
 * each warpgroup computes half of the score tile's rows (``warps_per_cta=[4, 2]``), the
-  row max and sum are reduced across the two, and the probabilities go to the PV dots through
-  8 KB of shared memory;
+  row max is reduced across the two, and the probabilities go to the PV dots through 8 KB of
+  shared memory;
 * the gathered rows go through a 2-stage ring of asynchronous copies, the next tile's copies
   issued while this step's score dots run (its slot was last read by the PV dots of the step
   before, which both warpgroups have waited for).
@@ -20,11 +20,18 @@ Same shared memory as the Triton tile (q 72 KB, two stages of 64 rows 144 KB, P 
 rows with 64 rope columns, 64 heads per program, one split (the shipped rule gives one split
 from T=128 on with 64+ heads), optional ``topk_length``; no sink, no lse.
 
-The row ids of a tile are loaded a step before its copies are issued. Compiled for sm90
-(2026-12-01): Triton 3.6 744 instructions per warp and 64-row step against the Triton tile's
-980, 5 barriers against 14, 2 tensor-pipe drains against 9 (five QK, four PV), 255 registers
-without spills (Triton 3.8: 739 instructions, 247 registers). Not yet run on a GPU:
-correctness and speed are what ``main_gpu`` checks first.
+The row ids of a tile are loaded a step before its copies are issued. The PV dots take P
+from registers (each warpgroup loads the whole tile once, 8 KB) rather than from shared
+memory (2 KB per instruction, 16 instructions). Shared-memory bytes per 64-row step, counted:
+q as the QK A operand 144 KB (each warpgroup reads all of q), rows as QK B 72 KB and PV B
+64 KB, P 8 KB stored and 16 KB loaded, the copies 74 KB: 378 KB, about 2,950 cycles at 128 B
+per cycle, against about 2,170 cycles of tensor work at the H200's peak; so shared memory,
+not the tensor cores, would bound a perfectly overlapped step (about 730 TFLOP/s).
+
+Compiled for sm90 (2026-12-01): Triton 3.6 743 instructions per warp and 64-row step against
+the Triton tile's 980, 5 barriers against 14, 2 tensor-pipe drains against 9 (five QK, four
+PV), 254 registers without spills (Triton 3.8: 739 instructions, 253 registers). Not yet run
+on a GPU: correctness and speed are what ``main_gpu`` checks first.
 
 Usage: ``python benchmarks/gluon_sm90.py --compile`` (CPU: compiles for sm90, prints shared
 memory, registers and the loop's instruction counts); ``python benchmarks/gluon_sm90.py OUT.json``
@@ -185,10 +192,11 @@ def sparse_mla_gluon_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, out_ptr, qk_scale, 
         acc1 = acc1 * a_o
         acc2 = acc2 * a_o
         acc3 = acc3 * a_o
-        acc0 = warpgroup_mma(p_smem, k0, acc0, is_async=True)
-        acc1 = warpgroup_mma(p_smem, k1, acc1, is_async=True)
-        acc2 = warpgroup_mma(p_smem, k2, acc2, is_async=True)
-        acc3 = warpgroup_mma(p_smem, k3, acc3, is_async=True)
+        p_op = p_smem.load(gl.DotOperandLayout(operand_index=0, parent=O_L, k_width=2))
+        acc0 = warpgroup_mma(p_op, k0, acc0, is_async=True)
+        acc1 = warpgroup_mma(p_op, k1, acc1, is_async=True)
+        acc2 = warpgroup_mma(p_op, k2, acc2, is_async=True)
+        acc3 = warpgroup_mma(p_op, k3, acc3, is_async=True)
         # One wait for the four PV dots, inside the step: a wgmma still in flight while the
         # next step defines its score accumulator would make ptxas serialize every wgmma.
         acc0, acc1, acc2, acc3 = warpgroup_mma_wait(0, deps=[acc0, acc1, acc2, acc3])

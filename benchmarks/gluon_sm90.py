@@ -30,8 +30,8 @@ per cycle, against about 2,170 cycles of tensor work at the H200's peak; so shar
 not the tensor cores, would bound a perfectly overlapped step (about 730 TFLOP/s).
 
 Compiled for sm90 (2026-12-01): Triton 3.6 743 instructions per warp and 64-row step against
-the Triton tile's 980, 5 barriers against 14, 2 tensor-pipe drains against 9 (five QK, four
-PV), 254 registers without spills (Triton 3.8: 739 instructions, 253 registers). Not yet run
+the Triton tile's 980, 6 barriers against 14, 2 tensor-pipe drains against 9 (five QK, four
+PV), 253 registers without spills (Triton 3.8: 744 instructions, 251 registers). Not yet run
 on a GPU: correctness and speed are what ``main_gpu`` checks first.
 
 Usage: ``python benchmarks/gluon_sm90.py --compile`` (CPU: compiles for sm90, prints shared
@@ -164,7 +164,10 @@ def sparse_mla_gluon_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, sink_ptr, out_ptr, 
     for i in range(n_steps):
         slot = i % NS
         async_copy.wait_group(0)  # this thread's copies of step i
-        _barrier()  # everyone's
+        # The wgmma read shared memory through the async proxy: this thread's writes (and, the
+        # first time, q's stores) are fenced for it, then the barrier makes everyone's visible.
+        fence_async_shared()
+        _barrier()
         k0 = k_s0.index(slot)
         k1 = k_s1.index(slot)
         k2 = k_s2.index(slot)
@@ -192,8 +195,7 @@ def sparse_mla_gluon_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, sink_ptr, out_ptr, 
         b_l2 = b_l2 * alpha[:, None] + p
         b_m = b_m_new
         p_smem.store(p.to(gl.bfloat16))
-        fence_async_shared()
-        _barrier()  # both halves of P are in place
+        _barrier()  # both halves of P are in place (read back into registers below)
         # Every accumulator rescaled before the first PV dot is issued: ptxas serializes all
         # wgmma (a wait after each instruction; its remark C7515) when other instructions
         # write an accumulator while a wgmma is in flight.

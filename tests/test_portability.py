@@ -160,23 +160,25 @@ _GLUON_PROBE = r"""
 import json, os, re, sys
 sys.path.insert(0, os.environ["BENCHMARKS_DIR"])
 import gluon_sm90
-shared, k = gluon_sm90.compile_check()
-ptx = k.asm["ptx"]
-json.dump(dict(shared=shared, qk=len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n32k16", ptx)),
-               pv=len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16", ptx)),
-               waits=len(re.findall(r"wgmma\.wait_group", ptx))),
-          open(sys.argv[1], "w"))
+out = {}
+for fp8 in (False, True):
+    shared, k = gluon_sm90.compile_check(fp8=fp8)
+    ptx = k.asm["ptx"]
+    out[str(fp8)] = dict(shared=shared, qk=len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n32k16", ptx)),
+                         pv=len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16", ptx)),
+                         waits=len(re.findall(r"wgmma\.wait_group", ptx)))
+json.dump(out, open(sys.argv[1], "w"))
 """
 
 
 def test_gluon_prototype_compiles(tmp_path, monkeypatch):
-    """The Gluon prototype of the 64-head sm90 tile (benchmarks/gluon_sm90.py) compiles with
-    this Triton: within sm90's shared memory, 36 QK and 16 PV wgmma per step as the Triton
+    """The Gluon prototype of the 64-head sm90 tile (benchmarks/gluon_sm90.py), bf16 and fp8
+    rows, compiles with this Triton: within sm90's shared memory, 36 QK and 16 PV wgmma per step as the Triton
     tile, and one wait for each of the two groups instead of one per dot."""
     monkeypatch.setenv("BENCHMARKS_DIR", str(Path(__file__).resolve().parent.parent / "benchmarks"))
-    counts = _probe(_GLUON_PROBE, tmp_path)
-    assert counts["shared"] <= configs.SMEM_LIMIT["sm90"], counts
-    assert counts["qk"] == 576 // 16 and counts["pv"] == 4 * 64 // 16 and counts["waits"] == 2, counts
+    for fmt, c in _probe(_GLUON_PROBE, tmp_path).items():  # bf16 and fp8_ds_mla rows
+        assert c["shared"] <= configs.SMEM_LIMIT["sm90"], (fmt, c)
+        assert c["qk"] == 576 // 16 and c["pv"] == 4 * 64 // 16 and c["waits"] == 2, (fmt, c)
 
 
 _Q_SCALE_PROBE = r"""

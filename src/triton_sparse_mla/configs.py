@@ -67,6 +67,12 @@ class TileConfig:
     # slot in global memory where set. Experimental: on in no table yet.
     scores_apart: bool = False
 
+    @property
+    def scratch_exchange(self) -> bool:
+        """Whether the probabilities go through the per-SM scratch slot (``exchange_p``, unless
+        ``scores_apart`` does the same through the compiler's shared memory)."""
+        return self.exchange_p and not self.scores_apart
+
 
 @dataclass(frozen=True)
 class LaunchPlan:

@@ -58,7 +58,7 @@ def _main_kernel_variants(tile: configs.TileConfig, cap: int, fp8: bool, family:
                 "out_ptr": "*fp32" if partial else "*bf16", "lse_ptr": "*fp32",
                 "qk_scale": "fp32",
             }
-            if tile.exchange_p and not tile.scores_apart:
+            if tile.scratch_exchange:
                 types.update(scratch_p_ptr="*bf16", scratch_alpha_ptr="*fp32")
             ints = [n for n in _jit_fn(sparse_mla_fwd_kernel).arg_names
                     if n.startswith(("n_", "topk", "split_size", "stride_"))]
@@ -67,11 +67,12 @@ def _main_kernel_variants(tile: configs.TileConfig, cap: int, fp8: bool, family:
                               HAS_SINK=True, PARTIAL=partial, BLOCK_H=tile.block_h,
                               BLOCK_N=tile.block_n, INTERPRET=False,
                               PIN_CVT=fp8 and configs.pin_fp8_conversion(family, tile.block_h),
-                              EXCHANGE_P=tile.exchange_p and not tile.scores_apart, PREFETCH_IDX=tile.prefetch_idx,
+                              EXCHANGE_P=tile.scratch_exchange, PREFETCH_IDX=tile.prefetch_idx,
                               FP8_F16=fp8 and tile.fp8_f16, Q_SCALE=q_scale,
                               ROWS_AHEAD=fp8 and tile.rows_ahead,
-                              ROWS_EARLY=tile.rows_early, SCORES_APART=tile.scores_apart,
-                              **({} if tile.exchange_p and not tile.scores_apart else dict(scratch_p_ptr=None, scratch_alpha_ptr=None)),
+                              ROWS_EARLY=fp8 and tile.rows_ahead and tile.rows_early,
+                              SCORES_APART=tile.scores_apart,
+                              **({} if tile.scratch_exchange else dict(scratch_p_ptr=None, scratch_alpha_ptr=None)),
                               DTYPE=tl.float16 if dtype == torch.float16 else tl.bfloat16)
             # Rows of 576 bf16 values and of 656 bytes both keep 16-byte alignment.
             divisible = {n for n in types if n.endswith("_ptr")} | {

@@ -390,7 +390,7 @@ def launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_
     """
     tile, splits, fp8_cvt = plan.tile, plan.splits, plan.fp8_cvt
     block_h, block_n = tile.block_h, tile.block_n
-    exchange_p = tile.exchange_p and not tile.scores_apart
+    exchange_p = tile.scratch_exchange
     t_count, h_count, _ = q_nope.shape
     n_rows, topk = kv.shape[0], indices.shape[1]
     interpret = os.environ.get("TRITON_INTERPRET") == "1"
@@ -429,7 +429,7 @@ def launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_
         DTYPE=tl.float16 if dtype == torch.float16 else tl.bfloat16, EXCHANGE_P=exchange_p,
         BLOCK_H=block_h, BLOCK_N=block_n, INTERPRET=interpret, PREFETCH_IDX=tile.prefetch_idx,
         FP8_F16=fp8_f16, Q_SCALE=q_scale, ROWS_AHEAD=fp8 and tile.rows_ahead,
-        ROWS_EARLY=tile.rows_early, SCORES_APART=tile.scores_apart,
+        ROWS_EARLY=fp8 and tile.rows_ahead and tile.rows_early, SCORES_APART=tile.scores_apart,
         PIN_CVT=fp8 and plan.pin_conversion and not interpret,  # the interpreter runs no PTX
         num_warps=tile.num_warps, num_stages=tile.num_stages,
     )

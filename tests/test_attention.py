@@ -98,8 +98,9 @@ def test_probabilities_through_scratch(kind, device):
 def test_scores_apart(kind, device):
     """A 64-head tile whose scores and softmax sit in a region of their own (``scores_apart``:
     the probabilities reach the PV dots through the compiler's shared memory) matches the
-    reference, split and not."""
-    _check_tile(kind, configs.TileConfig(64, 64, 8, 2, scores_apart=True), device)
+    reference, split and not. (At 32 rows: at 64, Triton 3.8 needs more shared memory for the
+    bf16 tile than sm90 has.)"""
+    _check_tile(kind, configs.TileConfig(64, 32, 8, 3, scores_apart=True), device)
 
 
 def test_exchange_tile_must_own_its_sm(device):

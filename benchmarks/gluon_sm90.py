@@ -34,13 +34,13 @@ Compiled for sm90 (2026-12-01): Triton 3.6 743 instructions per warp and 64-row 
 the Triton tile's 980, 6 barriers against 14, 2 tensor-pipe drains against 9 (five QK, four
 PV), 253 registers without spills (Triton 3.8: 744 instructions, 251 registers). fp8_ds_mla
 rows (``sparse_mla_gluon_fp8_kernel``): 1153 instructions against 1414, 255 registers without
-spills, 193.5 KB. Not yet run
-on a GPU: correctness and speed are what ``main_gpu`` checks first.
+spills, 193.5 KB. Not yet run on a GPU: correctness and speed are what ``main_gpu`` checks
+first.
 
-Usage: ``python benchmarks/gluon_sm90.py --compile`` (CPU: compiles for sm90, prints shared
-memory, registers and the loop's instruction counts); ``python benchmarks/gluon_sm90.py OUT.json``
-(GPU: checks five problems against the float64 reference by the library's test criteria, then
-times it beside the shipped tile, twice each, alternating).
+Usage: ``python benchmarks/gluon_sm90.py --compile`` (CPU: compiles both kernels for sm90 and
+prints their shared memory); ``python benchmarks/gluon_sm90.py OUT.json`` (GPU: checks 20
+problems against the float64 reference by the library's test criteria, both formats, eager
+and lazy rescaling, then times both beside the shipped tile, twice each, alternating).
 """
 
 import json
@@ -584,7 +584,8 @@ def main_gpu(path):
 
 if __name__ == "__main__":
     if "--compile" in sys.argv:
-        shared, k = compile_check()
-        print(f"sm90: {shared / 1024:.1f} KB shared memory")
+        for fp8 in (False, True):
+            shared, _ = compile_check(fp8=fp8)
+            print(f"sm90 {'fp8_ds_mla' if fp8 else 'bf16'}: {shared / 1024:.1f} KB shared memory")
     else:
         sys.exit(main_gpu(sys.argv[1]))

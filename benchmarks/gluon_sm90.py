@@ -54,6 +54,18 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
 
 BLOCK_H, BLOCK_N, LAT, D_PE, NUM_WARPS, NS = 64, 64, 128, 64, 8, 2
+# Gathers: 16 bytes per thread and copy ([BLOCK_N, LAT] bf16, [BLOCK_N, D_PE] bf16, and for
+# fp8_ds_mla rows [BLOCK_N, LAT] e4m3 bytes).
+GATHER = gl.constexpr(gl.BlockedLayout([1, 8], [2, 16], [NUM_WARPS, 1], [1, 0]))
+GATHER_PE = gl.constexpr(gl.BlockedLayout([1, 8], [4, 8], [NUM_WARPS, 1], [1, 0]))
+RAW = gl.constexpr(gl.BlockedLayout([1, 16], [4, 8], [NUM_WARPS, 1], [1, 0]))
+SMEM = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2))
+# Scores: each warpgroup computes half of the rows (columns of S). Output tiles: each
+# warpgroup half of each tile's 128 columns.
+S_L = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
+                                             instr_shape=[16, BLOCK_N // 2, 16]))
+O_L = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
+                                             instr_shape=[16, LAT // 2, 16]))
 # A barrier of all the program's threads: gl.thread_barrier in Triton 3.6, gl.barrier in 3.8.
 _barrier = getattr(gl, "barrier", None) or gl.thread_barrier
 
@@ -112,6 +124,41 @@ def _load_q(q_ptr, i_t, h0, n_heads, stride_q_t, stride_q_h, GATHER: gl.constexp
     q_sp = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, D_PE], SMEM,
                                      gl.load(p_q2[:, None] + o_p[None, :], mask=(o_h2 < n_heads)[:, None], other=0.0))
     return q_s0, q_s1, q_s2, q_s3, q_sp
+
+
+@gluon.jit
+def _split_range(len_ptr, i_t, i_s, split_size, topk, HAS_LEN: gl.constexpr, BLOCK_N: gl.constexpr):
+    """``(n_start, n_end, steps)``: this program's entries of the top-k list."""
+    n_start = i_s * split_size
+    n_end = gl.minimum(n_start + split_size, topk)
+    if HAS_LEN:
+        n_end = gl.minimum(n_end, gl.load(len_ptr + i_t))
+    return n_start, n_end, gl.cdiv(gl.maximum(n_end - n_start, 0), BLOCK_N)
+
+
+@gluon.jit
+def _init_state(BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, LAT: gl.constexpr):
+    """Running max, denominator and the four output accumulators. The denominator is kept per
+    score-tile entry and summed over the rows once at the end: a sum across the two
+    warpgroups each step would take two more barriers."""
+    b_m = gl.full([BLOCK_H], -1.0e30, gl.float32, layout=gl.SliceLayout(1, S_L))
+    b_l2 = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=S_L)
+    acc0 = gl.zeros([BLOCK_H, LAT], gl.float32, layout=O_L)
+    acc1 = gl.zeros([BLOCK_H, LAT], gl.float32, layout=O_L)
+    acc2 = gl.zeros([BLOCK_H, LAT], gl.float32, layout=O_L)
+    acc3 = gl.zeros([BLOCK_H, LAT], gl.float32, layout=O_L)
+    return b_m, b_l2, acc0, acc1, acc2, acc3
+
+
+@gluon.jit
+def _scores_issue(q_s0, q_s1, q_s2, q_s3, q_sp, k0, k1, k2, k3, kp, s_zero):
+    """Issue the five score dots (latent tiles and rope, shared memory) asynchronously on one
+    accumulator; the caller waits for them once."""
+    s = warpgroup_mma(q_s0, k0.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    s = warpgroup_mma(q_s1, k1.permute((1, 0)), s, is_async=True)
+    s = warpgroup_mma(q_s2, k2.permute((1, 0)), s, is_async=True)
+    s = warpgroup_mma(q_s3, k3.permute((1, 0)), s, is_async=True)
+    return warpgroup_mma(q_sp, kp.permute((1, 0)), s, is_async=True)
 
 
 @gluon.jit
@@ -205,15 +252,6 @@ def sparse_mla_gluon_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, sink_ptr, out_ptr, 
     """One program: one token x BLOCK_H heads x one split of its top-k (as
     kernels/attention.py): the final bf16 output, lse (natural log) and sink, or with PARTIAL
     the normalised fp32 partial output and its base-2 lse for the combine kernel."""
-    GATHER: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [gl.num_warps(), 1], [1, 0])
-    GATHER_PE: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [gl.num_warps(), 1], [1, 0])
-    SMEM: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
-    # Scores: each warpgroup computes half of the rows (columns of S). Output tiles: each
-    # warpgroup half of each tile's 128 columns.
-    S_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
-                                                  instr_shape=[16, BLOCK_N // 2, 16])
-    O_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
-                                                  instr_shape=[16, LAT // 2, 16])
 
     n_h_tiles = gl.cdiv(n_heads, BLOCK_H)
     i_t = (gl.program_id(0) // n_h_tiles).to(gl.int64)
@@ -229,11 +267,7 @@ def sparse_mla_gluon_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, sink_ptr, out_ptr, 
     p_smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, BLOCK_N], SMEM)
 
     i_s = gl.program_id(1)
-    n_start = i_s * split_size
-    n_end = gl.minimum(n_start + split_size, topk)
-    if HAS_LEN:
-        n_end = gl.minimum(n_end, gl.load(len_ptr + i_t))
-    n_steps = gl.cdiv(gl.maximum(n_end - n_start, 0), BLOCK_N)
+    n_start, n_end, n_steps = _split_range(len_ptr, i_t, i_s, split_size, topk, HAS_LEN, BLOCK_N)
     p_idx = idx_ptr + i_t * stride_idx_t
     G_ROWS: gl.constexpr = gl.SliceLayout(1, GATHER)
     GP_ROWS: gl.constexpr = gl.SliceLayout(1, GATHER_PE)
@@ -244,14 +278,7 @@ def sparse_mla_gluon_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, sink_ptr, out_ptr, 
     b_idx_g = _row_ids(p_idx, n_start + BLOCK_N, n_end, G_ROWS, BLOCK_N)
     b_idx_p = _row_ids(p_idx, n_start + BLOCK_N, n_end, GP_ROWS, BLOCK_N)
 
-    b_m = gl.full([BLOCK_H], -1.0e30, gl.float32, layout=gl.SliceLayout(1, S_L))
-    # The softmax denominator kept per score-tile entry and summed over the rows once at the
-    # end: a sum across the two warpgroups each step would take two more barriers.
-    b_l2 = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=S_L)
-    acc0 = gl.zeros([BLOCK_H, LAT], gl.float32, layout=O_L)
-    acc1 = gl.zeros([BLOCK_H, LAT], gl.float32, layout=O_L)
-    acc2 = gl.zeros([BLOCK_H, LAT], gl.float32, layout=O_L)
-    acc3 = gl.zeros([BLOCK_H, LAT], gl.float32, layout=O_L)
+    b_m, b_l2, acc0, acc1, acc2, acc3 = _init_state(BLOCK_H, BLOCK_N, LAT)
     s_zero = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=S_L)
     for i in range(n_steps):
         slot = i % NS
@@ -265,11 +292,7 @@ def sparse_mla_gluon_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, sink_ptr, out_ptr, 
         k2 = k_s2.index(slot)
         k3 = k_s3.index(slot)
         kp = kp_smem.index(slot)
-        s = warpgroup_mma(q_s0, k0.permute((1, 0)), s_zero, use_acc=False, is_async=True)
-        s = warpgroup_mma(q_s1, k1.permute((1, 0)), s, is_async=True)
-        s = warpgroup_mma(q_s2, k2.permute((1, 0)), s, is_async=True)
-        s = warpgroup_mma(q_s3, k3.permute((1, 0)), s, is_async=True)
-        s = warpgroup_mma(q_sp, kp.permute((1, 0)), s, is_async=True)
+        s = _scores_issue(q_s0, q_s1, q_s2, q_s3, q_sp, k0, k1, k2, k3, kp, s_zero)
         # While the score dots run: the next tile's copies, into the slot the last step's PV
         # dots read (both warpgroups waited for those before the barrier above).
         if i + 1 < n_steps:
@@ -341,16 +364,8 @@ def sparse_mla_gluon_fp8_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, sink_ptr, out_p
     is free once dequantized, so the next tile's copies are issued right after, and run during
     this step's dots and softmax. The rope columns go straight to a 2-slot ring (they are an
     operand as stored). Shared memory: q 72 KB + 33 + 16 + 64 + P 8 = 193 KB."""
-    GATHER: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [gl.num_warps(), 1], [1, 0])
-    GATHER_PE: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [gl.num_warps(), 1], [1, 0])
-    RAW: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [gl.num_warps(), 1], [1, 0])  # [BLOCK_N, LAT] u8
-    SMEM: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
     FLAT: gl.constexpr = gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[1, 0])
     FLAT1: gl.constexpr = gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[0])
-    S_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
-                                                  instr_shape=[16, BLOCK_N // 2, 16])
-    O_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
-                                                  instr_shape=[16, LAT // 2, 16])
 
     n_h_tiles = gl.cdiv(n_heads, BLOCK_H)
     i_t = (gl.program_id(0) // n_h_tiles).to(gl.int64)
@@ -373,11 +388,7 @@ def sparse_mla_gluon_fp8_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, sink_ptr, out_p
     p_smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, BLOCK_N], SMEM)
 
     i_s = gl.program_id(1)
-    n_start = i_s * split_size
-    n_end = gl.minimum(n_start + split_size, topk)
-    if HAS_LEN:
-        n_end = gl.minimum(n_end, gl.load(len_ptr + i_t))
-    n_steps = gl.cdiv(gl.maximum(n_end - n_start, 0), BLOCK_N)
+    n_start, n_end, n_steps = _split_range(len_ptr, i_t, i_s, split_size, topk, HAS_LEN, BLOCK_N)
     p_idx = idx_ptr + i_t * stride_idx_t
     R_ROWS: gl.constexpr = gl.SliceLayout(1, RAW)
     GP_ROWS: gl.constexpr = gl.SliceLayout(1, GATHER_PE)
@@ -387,12 +398,7 @@ def sparse_mla_gluon_fp8_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, sink_ptr, out_p
     b_idx_r = _row_ids(p_idx, n_start + BLOCK_N, n_end, R_ROWS, BLOCK_N)
     b_idx_p = _row_ids(p_idx, n_start + BLOCK_N, n_end, GP_ROWS, BLOCK_N)
 
-    b_m = gl.full([BLOCK_H], -1.0e30, gl.float32, layout=gl.SliceLayout(1, S_L))
-    b_l2 = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=S_L)
-    acc0 = gl.zeros([BLOCK_H, LAT], gl.float32, layout=O_L)
-    acc1 = gl.zeros([BLOCK_H, LAT], gl.float32, layout=O_L)
-    acc2 = gl.zeros([BLOCK_H, LAT], gl.float32, layout=O_L)
-    acc3 = gl.zeros([BLOCK_H, LAT], gl.float32, layout=O_L)
+    b_m, b_l2, acc0, acc1, acc2, acc3 = _init_state(BLOCK_H, BLOCK_N, LAT)
     s_zero = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=S_L)
     for i in range(n_steps):
         slot = i % 2
@@ -410,11 +416,7 @@ def sparse_mla_gluon_fp8_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, sink_ptr, out_p
             b_idx_r = _row_ids(p_idx, n_start + (i + 2) * BLOCK_N, n_end, R_ROWS, BLOCK_N)
             b_idx_p = _row_ids(p_idx, n_start + (i + 2) * BLOCK_N, n_end, GP_ROWS, BLOCK_N)
         kp = rp_s.index(slot)
-        s = warpgroup_mma(q_s0, k0.permute((1, 0)), s_zero, use_acc=False, is_async=True)
-        s = warpgroup_mma(q_s1, k1.permute((1, 0)), s, is_async=True)
-        s = warpgroup_mma(q_s2, k2.permute((1, 0)), s, is_async=True)
-        s = warpgroup_mma(q_s3, k3.permute((1, 0)), s, is_async=True)
-        s = warpgroup_mma(q_sp, kp.permute((1, 0)), s, is_async=True)
+        s = _scores_issue(q_s0, q_s1, q_s2, q_s3, q_sp, k0, k1, k2, k3, kp, s_zero)
         s = warpgroup_mma_wait(0, deps=[s])  # one wait for the five score dots
         acc0, acc1, acc2, acc3, b_m, b_l2 = _softmax_pv(
             s, acc0, acc1, acc2, acc3, b_m, b_l2, k0, k1, k2, k3, p_smem, p_idx,

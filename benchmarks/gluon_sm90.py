@@ -40,7 +40,8 @@ first.
 Usage: ``python benchmarks/gluon_sm90.py --compile`` (CPU: compiles both kernels for sm90 and
 prints their shared memory); ``python benchmarks/gluon_sm90.py OUT.json`` (GPU: checks 20
 problems against the float64 reference by the library's test criteria, both formats, eager
-and lazy rescaling, then times both beside the shipped tile, twice each, alternating).
+and lazy rescaling, then times both beside the shipped tile, twice each, alternating);
+``python benchmarks/gluon_sm90.py --small`` (GPU: four small problems, for compute-sanitizer).
 """
 
 import json
@@ -598,7 +599,19 @@ def main_gpu(path):
     return 0 if all_ok else 1
 
 
+def main_small():
+    """Two small problems per format (splits, lengths, sink, invalid ids): for
+    compute-sanitizer's memcheck and racecheck, which check the copies' bounds and the
+    barriers between the warpgroups' shared-memory accesses. Exits non-zero on a wrong result."""
+    records = []
+    ok = all([_check(records, 3, 128, 700, 200, splits, True, True, seed=splits, fmt=fmt, lazy=lazy)
+              for fmt in ("bf16", "fp8_ds_mla") for splits, lazy in ((1, False), (2, True))])
+    return 0 if ok else 1
+
+
 if __name__ == "__main__":
+    if "--small" in sys.argv:
+        sys.exit(main_small())
     if "--compile" in sys.argv:
         for fp8 in (False, True):
             shared, _ = compile_check(fp8=fp8)

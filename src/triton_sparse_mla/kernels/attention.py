@@ -214,11 +214,10 @@ def sparse_mla_fwd_kernel(
         o_n = n_start + tl.arange(0, BLOCK_N)
         b_idx_next = tl.load(p_idx + o_n, mask=o_n < n_end, other=-1)
     if ROWS_AHEAD:
-        # The first tile's rows, and the row ids of the tile after it.
-        b_idx = b_idx_next
-        b_r0, b_r1, b_r2, b_r3, b_c0, b_c1, b_c2, b_c3, b_pe = _load_fp8_rows(
-            kv_ptr, b_idx, _row_mask(o_n, b_idx, n_end, n_rows), stride_kv, D_PE)
-        b_idx_next = tl.load(p_idx + o_n + BLOCK_N, mask=o_n + BLOCK_N < n_end, other=-1)
+        # The first tile's rows, and the row ids of the tile after it (as a step before the
+        # first would load them).
+        b_r0, b_r1, b_r2, b_r3, b_c0, b_c1, b_c2, b_c3, b_pe, b_idx, b_idx_next = _next_rows(
+            kv_ptr, p_idx, b_idx_next, o_n - BLOCK_N, n_end, n_rows, stride_kv, BLOCK_N, D_PE)
     for n0 in range(n_start, n_end, BLOCK_N):
         o_n = n0 + tl.arange(0, BLOCK_N)
         m_n = o_n < n_end

@@ -45,6 +45,7 @@ and lazy rescaling, then times both beside the shipped tile, twice each, alterna
 """
 
 import json
+import math
 import sys
 
 import torch
@@ -67,6 +68,7 @@ S_L = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2
                                              instr_shape=[16, BLOCK_N // 2, 16]))
 O_L = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
                                              instr_shape=[16, LAT // 2, 16]))
+LN2 = gl.constexpr(math.log(2.0))
 # A barrier of all the program's threads: gl.thread_barrier in Triton 3.6, gl.barrier in 3.8.
 _barrier = getattr(gl, "barrier", None) or gl.thread_barrier
 
@@ -225,11 +227,11 @@ def _epilogue(acc0, acc1, acc2, acc3, b_m, b_l2, sink_ptr, out_ptr, lse_ptr, i_t
         gl.store(lse_ptr + i_t * stride_lse_t + o_hs * stride_lse_h + i_s, b_lse2, mask=m_hs)
     else:
         if HAS_SINK:
-            b_lse = b_lse2 * 0.6931471805599453
+            b_lse = b_lse2 * LN2
             b_sink = gl.load(sink_ptr + o_hs, mask=m_hs, other=0.0)
             b_inv_l = b_inv_l * gl.where(b_lse2 == float("-inf"), 0.0, 1.0 / (1.0 + gl.exp(b_sink - b_lse)))
         if HAS_LSE:
-            gl.store(lse_ptr + i_t * stride_lse_t + o_hs * stride_lse_h, b_lse2 * 0.6931471805599453, mask=m_hs)
+            gl.store(lse_ptr + i_t * stride_lse_t + o_hs * stride_lse_h, b_lse2 * LN2, mask=m_hs)
     inv_l = gl.convert_layout(b_inv_l, gl.SliceLayout(1, O_L))[:, None]
     o_ho = h0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, O_L))
     o_co = gl.arange(0, LAT, layout=gl.SliceLayout(0, O_L))
@@ -452,7 +454,7 @@ def launch(q, kv, indices, sm_scale, topk_length=None, attn_sink=None, out=None,
     common = dict(q_ptr=q, kv_ptr=kv, idx_ptr=indices,
                   len_ptr=topk_length if topk_length is not None else indices,
                   sink_ptr=attn_sink if attn_sink is not None else q,
-                  qk_scale=float(sm_scale) * 1.4426950408889634, n_rows=kv.shape[0], n_heads=h_count,
+                  qk_scale=float(sm_scale) * math.log2(math.e), n_rows=kv.shape[0], n_heads=h_count,
                   topk=topk, split_size=split_size, stride_q_t=q.stride(0), stride_q_h=q.stride(1),
                   stride_kv=kv.stride(0), stride_idx_t=indices.stride(0),
                   HAS_LEN=topk_length is not None, HAS_SINK=attn_sink is not None,

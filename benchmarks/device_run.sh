@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One self-contained call on the GPU machine: install, test, sanitize, sweep, benchmark.
 # Usage (on the device, from the repo root): bash benchmarks/device_run.sh [steps...]
-# Steps: tests sanitizer sweep fp8sweep splits splits-len warps fp8choice wsparts residency residency-toggle residency-warps ncu exchange apart gluon gluon-sanitize wide latency toggle bench prefill (default: tests sanitizer sweep bench
+# Steps: tests sanitizer sweep fp8sweep splits splits-len warps fp8choice wsparts residency residency-toggle residency-warps ncu exchange apart racecheck wide latency toggle bench prefill (default: tests sanitizer sweep bench
 # prefill). toggle and residency-toggle time a boolean TileConfig field off and on, named by
 # $TOGGLE (e.g. TOGGLE=prefetch_idx), on the workloads of one row format if $TOGGLE_FMT is set
 # (e.g. TOGGLE_FMT=fp8_ds_mla) and of the head counts in $TOGGLE_HEADS (toggle only; e.g.
@@ -37,9 +37,7 @@ for s in $steps; do
          ncu --import "$OUT/prof.ncu-rep" --page details --csv > "$OUT/ncu-details.csv" 2>&1; grep -c . "$OUT/ncu-details.csv"
          ncu --import "$OUT/prof.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip > "$OUT/ncu-source.csv.gz" ;;
     wide) timeout 240 python3 benchmarks/sweep.py "$OUT/sweep-wide.json" --wide 2>&1 | tee "$OUT/sweep-wide.log" | grep EXCH ;;
-    gluon) timeout 300 python3 benchmarks/gluon_sm90.py "$OUT/gluon.json" 2>&1 | tee "$OUT/gluon.log" | grep GLUON ;;
-    gluon-sanitize) for tool in memcheck racecheck; do timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 \
-           python3 benchmarks/gluon_sm90.py --small 2>&1 | tee "$OUT/gluon-$tool.log" | tail -6; done ;;
+    racecheck) timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 python3 benchmarks/sanitize_case.py 2>&1 | tee "$OUT/racecheck.log" | tail -8 ;;
     apart) timeout 420 python3 benchmarks/sweep.py "$OUT/sweep-apart.json" --apart 2>&1 | tee "$OUT/sweep-apart.log" | grep APART ;;
     exchange) timeout 300 python3 benchmarks/sweep.py "$OUT/sweep-exchange.json" --exchange 2>&1 | tee "$OUT/sweep-exchange.log" | grep EXCH ;;
     latency) timeout 300 python3 benchmarks/sweep.py "$OUT/sweep-latency.json" --latency 2>&1 | tee "$OUT/sweep-latency.log" | grep LAT ;;

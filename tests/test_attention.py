@@ -1,5 +1,7 @@
 """sparse_mla_attention against the float64 reference, over formats, geometries and options."""
 
+import dataclasses
+
 import pytest
 import torch
 import triton
@@ -101,6 +103,78 @@ def test_scores_apart(kind, device):
     reference, split and not. (At 32 rows: at 64, Triton 3.8 needs more shared memory for the
     bf16 tile than sm90 has.)"""
     _check_tile(kind, configs.TileConfig(64, 32, 8, 3, scores_apart=True), device)
+
+
+def _aligned_rows(kv):
+    """The same rows at a row stride that is a multiple of 16 elements (as every cache vLLM
+    allocates; make_problem's are not), still not contiguous, the padding poisoned."""
+    width = kv.shape[1]
+    store = torch.full((kv.shape[0], width + (-width) % 16 + 16),
+                       255 if kv.dtype == torch.uint8 else float("nan"), dtype=kv.dtype,
+                       device=kv.device)
+    store[:, :width] = kv
+    return store[:, :width]
+
+
+GLUON_CASES = [
+    case(3, 80, 200, 500, topk_length="partial", sink=True),  # two head tiles, one partial
+    case(2, 128, 300, 700, "fp8_ds_mla", sink=True, q_tuple=True),
+    case(3, 64, 100, 300, "fp8_ds_mla", topk_length="partial", rising=True),
+    case(3, 64, 100, 300, "fp16", torch.float16, topk_length="partial"),
+    case(2, 64, 150, 400, rising=True, invalid_frac=0.5),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
+                    reason="the Gluon kernel runs on SM90")
+@pytest.mark.parametrize("p", GLUON_CASES)
+def test_gluon_tile(p, device):
+    """sm90's 64-head tile runs the Gluon kernel (kernels/gluon_sm90.py) and matches the
+    reference, split and not: several head tiles, lengths, sink, lse, invalid ids, a rising
+    max, separate q_nope and q_pe, bf16, fp16 and fp8_ds_mla rows. (Over make_problem's row
+    stride, not a multiple of 16, the same tile runs the Triton kernel:
+    test_every_shipped_config.)"""
+    fp8 = p["fmt"] == "fp8_ds_mla"
+    tile = configs.pick_tile("sm90", t_count=128, h_count=64, fp8=fp8)
+    assert tile.gluon
+    prob = make_problem(device=device, **p)
+    kv = _aligned_rows(prob.kv)
+    ref_out, ref_lse = sparse_mla_reference(prob.q, kv, prob.indices, prob.sm_scale,
+                                            topk_length=prob.topk_length, attn_sink=prob.attn_sink)
+    q_nope, q_pe = api._split_query(prob.q)
+    t, h = q_nope.shape[:2]
+    for splits in (1, 3):
+        out = torch.empty(t, h, 512, dtype=p["dtype"], device=device)
+        lse = torch.empty(t, h, dtype=torch.float32, device=device)
+        plan = configs.LaunchPlan(tile=tile, splits=splits, fp8_cvt=1)
+        compiled = api._run(q_nope, q_pe, kv, prob.indices, prob.topk_length, prob.attn_sink,
+                            prob.sm_scale, out, lse, family=None, sm_count=1, fp8_cvt=1, fp8=fp8,
+                            plan=plan)
+        assert "gluon" in compiled.name, compiled.name
+        assert_close(out, lse, ref_out, ref_lse, rtol_norm=TOL[p["fmt"]])
+
+
+def test_gluon_runs_where_it_applies(device):
+    """The Gluon kernel is chosen only for tiles that name it, a 576-column q, bf16 with fp8
+    rows, and a cache aligned for its copies; never under the interpreter."""
+    from triton_sparse_mla.kernels.attention import gluon_kernels
+
+    interpret = device.type == "cpu"
+    tile = configs.TileConfig(64, 64, 8, 2, exchange_p=True, gluon=True)
+    q = torch.zeros(2, 64, 576, dtype=torch.bfloat16, device=device)[..., :512]
+    kv = torch.zeros(10, 576, dtype=torch.bfloat16, device=device)
+    kv8 = torch.zeros(10, 656, dtype=torch.uint8, device=device)
+    sm90 = device.type == "cuda" and torch.cuda.get_device_capability()[0] == 9
+    assert (gluon_kernels(tile, q, kv, 64, False, interpret) is not None) == sm90
+    assert (gluon_kernels(tile, q, kv8, 64, True, interpret) is not None) == sm90
+    assert gluon_kernels(dataclasses.replace(tile, gluon=False), q, kv, 64, False, interpret) is None
+    assert gluon_kernels(tile, q, kv[:, :512], 0, False, interpret) is None  # NoPE
+    assert gluon_kernels(tile, q.half(), kv8, 64, True, interpret) is None  # fp16 q, fp8 rows
+    wide = torch.zeros(10, 584, dtype=torch.bfloat16, device=device)[:, :576]
+    assert gluon_kernels(tile, q, wide, 64, False, interpret) is None  # row stride 584
+    with pytest.raises(ValueError, match="gluon.*64 heads x 64 rows.*got 32 x 64"):
+        configs.TileConfig(32, 64, 8, 2, gluon=True)
 
 
 def test_exchange_tile_must_own_its_sm(device):

@@ -157,28 +157,31 @@ def test_probabilities_through_scratch_halve_the_score_work(tmp_path):
 
 
 _GLUON_PROBE = r"""
-import json, os, re, sys
-sys.path.insert(0, os.environ["BENCHMARKS_DIR"])
-import gluon_sm90
+import json, re, sys
+from triton_sparse_mla import portability
 out = {}
 for fp8 in (False, True):
-    shared, k = gluon_sm90.compile_check(fp8=fp8)
-    ptx = k.asm["ptx"]
-    out[str(fp8)] = dict(shared=shared, qk=len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n32k16", ptx)),
-                         pv=len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16", ptx)),
-                         waits=len(re.findall(r"wgmma\.wait_group", ptx)))
+    for label, kernel, types, cx, div, warps, stages in portability._gluon_variants(fp8):
+        k = portability._compile(kernel, types, cx, div, 90, warps, stages)
+        ptx = k.asm["ptx"]
+        out[f"{fp8}/{label}"] = dict(
+            shared=k.metadata.shared, qk=len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n32k16", ptx)),
+            pv=len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16", ptx)),
+            waits=len(re.findall(r"wgmma\.wait_group", ptx)))
 json.dump(out, open(sys.argv[1], "w"))
 """
 
 
-def test_gluon_prototype_compiles(tmp_path, monkeypatch):
-    """The Gluon prototype of the 64-head sm90 tile (benchmarks/gluon_sm90.py), bf16 and fp8
-    rows, compiles with this Triton: within sm90's shared memory, 36 QK and 16 PV wgmma per step as the Triton
-    tile, and one wait for each of the two groups instead of one per dot."""
-    monkeypatch.setenv("BENCHMARKS_DIR", str(Path(__file__).resolve().parent.parent / "benchmarks"))
-    for fmt, c in _probe(_GLUON_PROBE, tmp_path).items():  # bf16 and fp8_ds_mla rows
-        assert c["shared"] <= configs.SMEM_LIMIT["sm90"], (fmt, c)
-        assert c["qk"] == 576 // 16 and c["pv"] == 4 * 64 // 16 and c["waits"] == 2, (fmt, c)
+def test_gluon_kernels_issue_dots_in_groups(tmp_path):
+    """The Gluon kernels of sm90's 64-head tile (kernels/gluon_sm90.py), bf16 and fp8 rows,
+    final and partial outputs, compile with this Triton: within sm90's shared memory, 36 QK
+    and 16 PV wgmma per step as the Triton tile, and one wait for each of the two groups
+    instead of one per dot."""
+    counts = _probe(_GLUON_PROBE, tmp_path)
+    assert len(counts) == 4, counts
+    for variant, c in counts.items():
+        assert c["shared"] <= configs.SMEM_LIMIT["sm90"], (variant, c)
+        assert c["qk"] == 576 // 16 and c["pv"] == 4 * 64 // 16 and c["waits"] == 2, (variant, c)
 
 
 _Q_SCALE_PROBE = r"""

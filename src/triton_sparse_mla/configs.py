@@ -66,6 +66,16 @@ class TileConfig:
     # probabilities to the PV dots through shared memory. Replaces ``exchange_p``'s scratch
     # slot in global memory where set. Experimental: on in no table yet.
     scores_apart: bool = False
+    # Run the Gluon kernel (kernels/gluon_sm90.py) where it applies: an SM90 device, Triton
+    # 3.6 or newer, a 576-column q, bf16 (or fp16 with fp16 rows); see
+    # kernels.attention.gluon_kernels. Elsewhere (other GPUs, the interpreter, a NoPE q) the
+    # Triton kernel runs the tile's other fields. Only the 64x64 tile of 8 warps.
+    gluon: bool = False
+
+    def __post_init__(self):
+        if self.gluon and (self.block_h, self.block_n, self.num_warps) != (64, 64, 8):
+            raise ValueError(f"gluon: the Gluon kernel has one tile, 64 heads x 64 rows with 8 "
+                             f"warps, got {self.block_h} x {self.block_n} with {self.num_warps}")
 
     @property
     def scratch_exchange(self) -> bool:
@@ -123,18 +133,22 @@ C = TileConfig
 # 66: never faster), 1.00x on the 32-head one and 0.82x on the exchange tile (spills), which
 # run without (H200, 2026-12-01, runs 63-66, sweep.py --toggle rows_ahead, BENCHMARKS.md "fp8
 # rows a step ahead").
-_EX64 = C(64, 64, 8, 2, exchange_p=True)
+# The Gluon tile (TileConfig.gluon; where it does not run, the exchange_p tile it names): 1.18-1.41x
+# over the exchange_p tile on bf16 rows and 1.18-1.22x on fp8_ds_mla rows, decode T=32-512 and
+# prefill T=4096, 64 and 128 heads (H200, 2026-12-01, run 67, benchmarks/gluon_sm90.py as a
+# prototype, BENCHMARKS.md "The Gluon tile").
+_G64 = C(64, 64, 8, 2, exchange_p=True, gluon=True)
 _SM90 = {
     ("latency", "plain"): ((_ANY, C(16, 64, 4, 2)),),
     ("latency", "fp8"): ((16, C(16, 32, 4, 2, fp8_f16=True, rows_ahead=True)),
                         (_ANY, C(16, 64, 8, 2, rows_ahead=True))),
     ("decode", "plain"): ((16, C(16, 64, 4, 3, prefetch_idx=False)), (32, C(32, 64, 4, 2)),
-                          (_ANY, _EX64)),
+                          (_ANY, _G64)),
     ("decode", "fp8"): ((16, C(16, 32, 4, 3, fp8_f16=True)), (32, C(32, 32, 4, 2, fp8_f16=True)),
-                        (_ANY, _EX64)),
-    ("prefill", "plain"): ((16, C(16, 64, 4, 2)), (32, C(32, 64, 4, 2)), (_ANY, _EX64)),
+                        (_ANY, _G64)),
+    ("prefill", "plain"): ((16, C(16, 64, 4, 2)), (32, C(32, 64, 4, 2)), (_ANY, _G64)),
     ("prefill", "fp8"): ((16, C(16, 32, 4, 2, fp8_f16=True, rows_ahead=True)),
-                         (32, C(32, 32, 4, 2, fp8_f16=True)), (_ANY, _EX64)),
+                         (32, C(32, 32, 4, 2, fp8_f16=True)), (_ANY, _G64)),
 }
 # sm80 (163 KB), sm86 (99 KB) and sm100: not measured on their GPUs (none is available here).
 # They are the sm90 shapes, cut down where the compiled kernel overflows the family's shared
@@ -305,8 +319,8 @@ def plan_launch(family: str, sm_count: int, fp8_cvt: int, *, t_count: int, h_cou
     tile = pick_tile(family, t_count=t_count, h_count=h_count, fp8=fp8)
     # Never tile more heads than exist (beyond the 16 rows tl.dot needs).
     block_h = min(tile.block_h, max(16, triton.next_power_of_2(h_count)))
-    if block_h != tile.block_h:
-        tile = dataclasses.replace(tile, block_h=block_h)
+    if block_h != tile.block_h:  # (the Gluon kernel has 64 heads only)
+        tile = dataclasses.replace(tile, block_h=block_h, gluon=False)
     splits = choose_splits(t_count, triton.cdiv(h_count, block_h), topk, tile.block_n, sm_count,
                            programs_per_sm(family, tile))
     return LaunchPlan(tile=tile, splits=splits, fp8_cvt=fp8_cvt,

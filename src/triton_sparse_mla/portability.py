@@ -1,8 +1,8 @@
 """Compile every shipped configuration for every target GPU, without a GPU.
 
 For each architecture family in :data:`configs.CONFIGS` and each compile target of that family,
-the main kernel is compiled (both formats, final and partial outputs, with and without rope),
-and so are the combine kernel and the fp8 prefill workspace's kernels; the shared memory each
+the main kernel is compiled (both formats, final and partial outputs, with and without rope;
+on SM90 also the Gluon kernel of tiles that name it), and so are the combine kernel and the fp8 prefill workspace's kernels; the shared memory each
 needs is compared with the family's limit.
 Pointer and stride arguments are hinted divisible by 16, as real launches specialise them, so
 the software pipeline (and its shared memory) is the one a real launch gets.
@@ -37,7 +37,11 @@ def _compile(kernel, types: dict, constexprs: dict, divisible: set, cap: int, wa
     for name in names:
         signature[name] = "constexpr" if name in constexprs else types[name]
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in divisible}
-    src = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
+    if type(fn).__name__ == "GluonJITFunction":  # kernels/gluon_sm90.py
+        from triton.experimental.gluon._runtime import GluonASTSource as source
+    else:
+        source = ASTSource
+    src = source(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
     target = GPUTarget("cuda", cap, 32)
     return triton.compile(src, target=target, options={"num_warps": warps, "num_stages": stages})
 
@@ -81,6 +85,30 @@ def _main_kernel_variants(tile: configs.TileConfig, cap: int, fp8: bool, family:
                    constexprs, divisible, tile.num_warps, tile.num_stages)
 
 
+def _gluon_module():
+    from .kernels.attention import _gluon_module as module
+
+    return module()
+
+
+def _gluon_variants(fp8: bool):
+    """The Gluon kernels of a tile with ``gluon`` (kernels/gluon_sm90.py; SM90 only): final
+    and partial outputs."""
+    from .kernels import gluon_sm90 as g
+
+    kernel = g.sparse_mla_gluon_fp8_kernel if fp8 else g.sparse_mla_gluon_kernel
+    names = _jit_fn(kernel).arg_names
+    for partial in (False, True):
+        types = {n: "i32" for n in names if n.startswith(("n_", "topk", "split_size", "stride_"))}
+        types.update(q_nope_ptr="*bf16", q_pe_ptr="*bf16", kv_ptr="*u8" if fp8 else "*bf16",
+                     idx_ptr="*i32", len_ptr="*i32", sink_ptr="*fp32",
+                     out_ptr="*fp32" if partial else "*bf16", lse_ptr="*fp32", qk_scale="fp32")
+        constexprs = dict(HAS_LEN=True, HAS_SINK=True, PARTIAL=partial, BLOCK_H=g.BLOCK_H,
+                          BLOCK_N=g.BLOCK_N, LAT=g.LAT, D_PE=g.D_PE, **({} if fp8 else dict(NS=g.NS)))
+        divisible = {n for n in types if n.endswith("_ptr") or n.startswith("stride_")}
+        yield (f"gluon partial={int(partial)}", kernel, types, constexprs, divisible, g.NUM_WARPS, 1)
+
+
 def _combine_variant():
     from .kernels.combine import combine_kernel
 
@@ -119,8 +147,10 @@ def check_all(families=None) -> list[dict]:
         for cap in configs.FAMILY_TARGETS[family]:
             jobs = []
             for phase, kind, tile in configs.all_tiles(family):
-                for v in _main_kernel_variants(tile, cap, kind == "fp8", family):
-                    jobs.append((f"{phase}/{kind}/{tile.block_h}x{tile.block_n}", v))
+                key = f"{phase}/{kind}/{tile.block_h}x{tile.block_n}"
+                jobs.extend((key, v) for v in _main_kernel_variants(tile, cap, kind == "fp8", family))
+                if tile.gluon and cap // 10 == 9 and _gluon_module() is not None:
+                    jobs.extend((key, v) for v in _gluon_variants(kind == "fp8"))
             jobs.append(("combine", _combine_variant()))
             jobs.extend(("workspace", v) for v in _workspace_variants(cap))
             for key, (label, kernel, types, constexprs, divisible, warps, stages) in jobs:

@@ -42,6 +42,7 @@ registers that arrived during the previous step. They are issued after the step'
 ``ROWS_EARLY`` (tiles with ``rows_early``) before them.
 """
 
+import functools
 import math
 import os
 
@@ -370,6 +371,39 @@ def operand_dtype(q_dtype, fp8_f16: bool):
     return (torch.float16 if q_dtype == torch.float16 else torch.bfloat16), 1.0
 
 
+def gluon_kernels(tile, q_nope, kv, d_pe: int, fp8: bool, interpret: bool):
+    """kernels/gluon_sm90.py where it runs this call, else None (this module's kernel then runs
+    the tile's other fields: for sm90's tables, the ``exchange_p`` tile).
+
+    It runs a tile with ``gluon`` set on an SM90 device, not under the interpreter, with Triton
+    3.6 or newer (the Gluon calls it uses: checked with 3.6 and 3.8), for a q of 576 columns
+    that is bf16 (any row format) or fp16 (fp16 rows), over a cache whose start and row stride
+    are multiples of 16 (bytes, and elements: what Triton's specialization can tell its 16-byte
+    asynchronous copies; every cache vLLM allocates), unless the environment sets
+    ``TRITON_SPARSE_MLA_GLUON=0``. All of it fixed per cache and shapes, so CUDA graphs hold."""
+    if not tile.gluon or interpret or os.environ.get("TRITON_SPARSE_MLA_GLUON", "1") == "0":
+        return None
+    if d_pe != 64 or (fp8 and q_nope.dtype != torch.bfloat16):
+        return None
+    if kv.stride(0) % 16 != 0 or kv.data_ptr() % 16 != 0:
+        return None
+    if torch.cuda.get_device_capability(q_nope.device)[0] != 9:
+        return None
+    return _gluon_module()
+
+
+@functools.lru_cache(maxsize=None)
+def _gluon_module():
+    """The Gluon kernels' module, imported once, or None where this Triton lacks them."""
+    if tuple(int(v) for v in triton.__version__.split(".")[:2]) < (3, 6):
+        return None
+    try:
+        from . import gluon_sm90
+    except ImportError:
+        return None
+    return gluon_sm90
+
+
 def split_layout(topk: int, splits: int, block_n: int) -> tuple[int, int]:
     """``(split_size, splits)`` as launched for a planned split count: each split a whole
     number of ``block_n``-row tiles, so the count launched can be below the plan's (2048 rows
@@ -396,6 +430,11 @@ def launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_
     d_pe = 0 if q_pe is None else q_pe.shape[2]
     split_size, splits = split_layout(topk, splits, block_n)
     grid = (t_count * triton.cdiv(h_count, block_h), splits)
+    gluon = gluon_kernels(tile, q_nope, kv, d_pe, fp8, interpret)
+    if gluon is not None:
+        kernel, args = gluon.kernel_args(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale,
+                                         split_size, fp8)
+        return launch_with_combine(kernel, grid, args, out, lse, attn_sink, splits)
     fp8_f16 = fp8 and tile.fp8_f16
     dtype, q_scale = operand_dtype(q_nope.dtype, fp8_f16)
     scratch_p = scratch_alpha = None
@@ -432,21 +471,29 @@ def launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_
         PIN_CVT=fp8 and plan.pin_conversion and not interpret,  # the interpreter runs no PTX
         num_warps=tile.num_warps, num_stages=tile.num_stages,
     )
+    return launch_with_combine(sparse_mla_fwd_kernel, grid, common, out, lse, attn_sink, splits)
+
+
+def launch_with_combine(kernel, grid, args, out, lse, attn_sink, splits):
+    """Launch a forward kernel (this module's or kernels/gluon_sm90.py's: the same output
+    arguments) with ``args``: into ``out`` and ``lse`` with one split, else into partial
+    outputs that the combine kernel merges. Returns the compiled forward kernel."""
+    t_count, h_count, _ = out.shape
     if splits == 1:
-        return sparse_mla_fwd_kernel[grid](
+        return kernel[grid](
             out_ptr=out, lse_ptr=lse,
             stride_o_t=out.stride(0), stride_o_h=out.stride(1), stride_o_s=0,
             stride_lse_t=lse.stride(0) if lse is not None else 0,
             stride_lse_h=lse.stride(1) if lse is not None else 0,
-            PARTIAL=False, **common,
+            PARTIAL=False, **args,
         )
     part_o = torch.empty(t_count, splits, h_count, D_NOPE, dtype=torch.float32, device=out.device)
     part_lse = torch.empty(t_count, h_count, splits, dtype=torch.float32, device=out.device)
-    compiled = sparse_mla_fwd_kernel[grid](
+    compiled = kernel[grid](
         out_ptr=part_o, lse_ptr=part_lse,
         stride_o_t=part_o.stride(0), stride_o_h=part_o.stride(2), stride_o_s=part_o.stride(1),
         stride_lse_t=part_lse.stride(0), stride_lse_h=part_lse.stride(1),
-        PARTIAL=True, **common,
+        PARTIAL=True, **args,
     )
     launch_combine(part_o, part_lse, attn_sink, out, lse)
     return compiled

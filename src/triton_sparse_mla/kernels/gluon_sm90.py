@@ -1,0 +1,426 @@
+"""The 64-head tile for SM90 in Gluon (Triton's lower-level language): bf16/fp16 and
+fp8_ds_mla rows, 576-wide q (512 latent + 64 rope).
+
+Same program as kernels/attention.py (one token x 64 heads x one split of its top-k, rows
+gathered once per program, the latent columns reused as V, online softmax in base 2, partial
+outputs merged by kernels/combine.py), with what Triton's tile for 64 heads cannot say:
+
+* the five QK dots are issued asynchronously on one accumulator and waited for once (Triton
+  drains the tensor pipe after each: it makes only dots with a loop-carried accumulator
+  asynchronous), and the four PV dots likewise;
+* each warpgroup computes half of the score tile's rows (``warps_per_cta=[4, 2]``); the row
+  max is reduced across the two, and the probabilities reach the PV dots through 8 KB of
+  shared memory, which each warpgroup then loads whole into registers (no scratch slot in
+  global memory, as ``exchange_p`` needs);
+* the gathered rows go through a 2-slot ring of asynchronous copies; the next tile's copies
+  are issued while this step's score dots run, into the slot the last step's PV dots read
+  (both warpgroups waited for those before this step's barrier);
+* every accumulator is rescaled before the first PV dot is issued: ptxas serializes all wgmma
+  (its remark C7515) when other instructions write an accumulator while a wgmma is in flight.
+
+Shared memory (bf16 rows): q 72 KB, two slots of 64 rows 144 KB, P 8 KB: 224.5 KB, one
+program per SM. fp8_ds_mla rows: one raw buffer of 33 KB, dequantized into one bf16 operand
+tile (64 KB) that both dots read, the rope through a 2-slot ring: 193.5 KB.
+
+Compiled for sm90 by Triton 3.6: 743 instructions per warp and 64-row step against the
+Triton tile's 980, 2 tensor-pipe drains against 9, 6 barriers against 14, 253 registers
+without spills (fp8_ds_mla rows: 1153 against 1414, 255). On the H200 1.18-1.41x faster than
+the Triton tile (bf16) and 1.18-1.22x (fp8_ds_mla), decode and prefill (BENCHMARKS.md, "The
+Gluon tile").
+
+Import only where Gluon is available and not under the interpreter (see
+:func:`kernels.attention.gluon_launcher`).
+"""
+
+import math
+
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
+
+# The only shape: 64 heads, 64 rows per step, 8 warps (two warpgroups), latent in four
+# 128-column tiles, 64 rope columns, two ring slots.
+BLOCK_H, BLOCK_N, LAT, D_PE, NUM_WARPS, NS = 64, 64, 128, 64, 8, 2
+# Gathers: 16 bytes per thread and copy ([BLOCK_N, LAT] 16-bit values, [BLOCK_N, D_PE] 16-bit
+# values, and for fp8_ds_mla rows [BLOCK_N, LAT] e4m3 bytes).
+GATHER = gl.constexpr(gl.BlockedLayout([1, 8], [2, 16], [NUM_WARPS, 1], [1, 0]))
+GATHER_PE = gl.constexpr(gl.BlockedLayout([1, 8], [4, 8], [NUM_WARPS, 1], [1, 0]))
+RAW = gl.constexpr(gl.BlockedLayout([1, 16], [4, 8], [NUM_WARPS, 1], [1, 0]))
+SMEM = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2))
+FLAT = gl.constexpr(gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[1, 0]))
+FLAT1 = gl.constexpr(gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[0]))
+# Scores: each warpgroup computes half of the rows (columns of S). Output tiles: each
+# warpgroup half of each tile's 128 columns.
+S_L = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
+                                             instr_shape=[16, BLOCK_N // 2, 16]))
+O_L = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
+                                             instr_shape=[16, LAT // 2, 16]))
+LN2 = gl.constexpr(math.log(2.0))
+# A barrier of all the program's threads: gl.thread_barrier in Triton 3.6, gl.barrier in 3.8.
+_barrier = getattr(gl, "barrier", None) or gl.thread_barrier
+# Arguments not specialized on their value (a new variant for a value divisible by 16 or
+# equal to 1), as kernels/attention.py: triton_sparse_mla.warmup relies on it.
+_NOT_SPECIALIZED = ["n_rows", "stride_lse_t", "stride_lse_h"]
+
+
+@gluon.jit
+def _row_ids(idx_ptr, n0, n_end, LAYOUT: gl.constexpr, BLOCK_N: gl.constexpr):
+    """Row ids ``idx[n0:n0 + BLOCK_N]`` in ``LAYOUT``, -1 past ``n_end``."""
+    o_n = n0 + gl.arange(0, BLOCK_N, layout=LAYOUT)
+    return gl.load(idx_ptr + o_n, mask=o_n < n_end, other=-1)
+
+
+@gluon.jit
+def _gather(k_s0, k_s1, k_s2, k_s3, kp_s, kv_ptr, b_idx, b_idx2, n_rows, stride_kv, slot,
+            GATHER: gl.constexpr, GATHER_PE: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr):
+    """Issue the asynchronous copies of rows ``b_idx`` (the same ids in GATHER's and GATHER_PE's
+    row slices) into ring slot ``slot``: four latent tiles [BLOCK_N, LAT] and the rope tile
+    [BLOCK_N, D_PE]; invalid row ids (-1 past the end) are zero-filled."""
+    m_n = (b_idx >= 0) & (b_idx < n_rows)
+    p_row = kv_ptr + b_idx.to(gl.int64) * stride_kv
+    o_c = gl.arange(0, LAT, layout=gl.SliceLayout(0, GATHER))
+    # (one allocation per latent tile: copies into subviews of one allocation at a dynamic
+    # index each get a barrier of their own, as the compiler cannot tell them apart)
+    ptrs = p_row[:, None] + o_c[None, :]
+    async_copy.async_copy_global_to_shared(k_s0.index(slot), ptrs, mask=m_n[:, None])
+    async_copy.async_copy_global_to_shared(k_s1.index(slot), ptrs + LAT, mask=m_n[:, None])
+    async_copy.async_copy_global_to_shared(k_s2.index(slot), ptrs + 2 * LAT, mask=m_n[:, None])
+    async_copy.async_copy_global_to_shared(k_s3.index(slot), ptrs + 3 * LAT, mask=m_n[:, None])
+    m_n2 = (b_idx2 >= 0) & (b_idx2 < n_rows)
+    p_row2 = kv_ptr + b_idx2.to(gl.int64) * stride_kv + 4 * LAT
+    o_p = gl.arange(0, D_PE, layout=gl.SliceLayout(0, GATHER_PE))
+    async_copy.async_copy_global_to_shared(kp_s.index(slot), p_row2[:, None] + o_p[None, :],
+                                           mask=m_n2[:, None])
+    async_copy.commit_group()
+
+
+@gluon.jit
+def _q_tile(p_q, m_h, LAYOUT: gl.constexpr, WIDTH: gl.constexpr):
+    """``q[heads, :WIDTH]`` from row pointers ``p_q`` (masked heads zero) into shared memory."""
+    o_c = gl.arange(0, WIDTH, layout=gl.SliceLayout(0, LAYOUT))
+    b_q = gl.load(p_q[:, None] + o_c[None, :], mask=m_h[:, None], other=0.0)
+    return gl.allocate_shared_memory(b_q.dtype, [b_q.shape[0], WIDTH], SMEM, b_q)
+
+
+@gluon.jit
+def _load_q(q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t, stride_qn_h, stride_qp_t,
+            stride_qp_h, BLOCK_H: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr):
+    """q of this program's heads into shared memory, once: four latent tiles and the rope."""
+    o_h = h0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, GATHER))
+    p_q = q_nope_ptr + i_t * stride_qn_t + o_h * stride_qn_h
+    m_h = o_h < n_heads
+    q_s0 = _q_tile(p_q, m_h, GATHER, LAT)
+    q_s1 = _q_tile(p_q + LAT, m_h, GATHER, LAT)
+    q_s2 = _q_tile(p_q + 2 * LAT, m_h, GATHER, LAT)
+    q_s3 = _q_tile(p_q + 3 * LAT, m_h, GATHER, LAT)
+    o_h2 = h0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, GATHER_PE))
+    q_sp = _q_tile(q_pe_ptr + i_t * stride_qp_t + o_h2 * stride_qp_h, o_h2 < n_heads, GATHER_PE, D_PE)
+    return q_s0, q_s1, q_s2, q_s3, q_sp
+
+
+@gluon.jit
+def _split_range(len_ptr, i_t, i_s, split_size, topk, HAS_LEN: gl.constexpr, BLOCK_N: gl.constexpr):
+    """``(n_start, n_end, steps)``: this program's entries of the top-k list."""
+    n_start = i_s * split_size
+    n_end = gl.minimum(n_start + split_size, topk)
+    if HAS_LEN:
+        n_end = gl.minimum(n_end, gl.load(len_ptr + i_t))
+    return n_start, n_end, gl.cdiv(gl.maximum(n_end - n_start, 0), BLOCK_N)
+
+
+@gluon.jit
+def _init_state(BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, LAT: gl.constexpr):
+    """Running max, denominator and the four output accumulators. The denominator is kept per
+    score-tile entry and summed over the rows once at the end: a sum across the two
+    warpgroups each step would take two more barriers."""
+    b_m = gl.full([BLOCK_H], -1.0e30, gl.float32, layout=gl.SliceLayout(1, S_L))
+    b_l2 = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=S_L)
+    acc0 = gl.zeros([BLOCK_H, LAT], gl.float32, layout=O_L)
+    acc1 = gl.zeros([BLOCK_H, LAT], gl.float32, layout=O_L)
+    acc2 = gl.zeros([BLOCK_H, LAT], gl.float32, layout=O_L)
+    acc3 = gl.zeros([BLOCK_H, LAT], gl.float32, layout=O_L)
+    return b_m, b_l2, acc0, acc1, acc2, acc3
+
+
+@gluon.jit
+def _scores(q_s0, q_s1, q_s2, q_s3, q_sp, k0, k1, k2, k3, kp, s_zero):
+    """Issue the five score dots (latent tiles and rope, shared memory) asynchronously on one
+    accumulator; the caller waits for them once."""
+    s = warpgroup_mma(q_s0, k0.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    s = warpgroup_mma(q_s1, k1.permute((1, 0)), s, is_async=True)
+    s = warpgroup_mma(q_s2, k2.permute((1, 0)), s, is_async=True)
+    s = warpgroup_mma(q_s3, k3.permute((1, 0)), s, is_async=True)
+    return warpgroup_mma(q_sp, kp.permute((1, 0)), s, is_async=True)
+
+
+@gluon.jit
+def _softmax_pv(s, acc0, acc1, acc2, acc3, b_m, b_l2, k0, k1, k2, k3, p_smem, p_idx, n0, n_end,
+                n_rows, qk_scale, BLOCK_N: gl.constexpr):
+    """After a step's scores ``s`` [BLOCK_H, BLOCK_N] (S_L): the online softmax over entries
+    ``idx[n0:n0 + BLOCK_N]`` and the PV dots over the four latent tiles ``k0..k3`` (shared
+    memory, [BLOCK_N, LAT]); returns the accumulators, running max and denominator."""
+    b_idx = _row_ids(p_idx, n0, n_end, gl.SliceLayout(0, S_L), BLOCK_N)
+    m_n = (b_idx >= 0) & (b_idx < n_rows)
+    s = gl.where(m_n[None, :], s * qk_scale, float("-inf"))
+    b_m_new = gl.maximum(b_m, gl.max(s, axis=1))
+    alpha = gl.exp2(b_m - b_m_new)
+    b_l2 = b_l2 * alpha[:, None]
+    # Every accumulator rescaled before the first PV dot is issued (module docstring: C7515).
+    a_o = gl.convert_layout(alpha, gl.SliceLayout(1, O_L))[:, None]
+    acc0 = acc0 * a_o
+    acc1 = acc1 * a_o
+    acc2 = acc2 * a_o
+    acc3 = acc3 * a_o
+    b_m = b_m_new
+    p = gl.exp2(s - b_m[:, None])
+    b_l2 = b_l2 + p
+    p_smem.store(p.to(p_smem.dtype))
+    _barrier()  # both halves of P are in place (read back into registers below)
+    p_op = p_smem.load(gl.DotOperandLayout(operand_index=0, parent=O_L, k_width=2))
+    acc0 = warpgroup_mma(p_op, k0, acc0, is_async=True)
+    acc1 = warpgroup_mma(p_op, k1, acc1, is_async=True)
+    acc2 = warpgroup_mma(p_op, k2, acc2, is_async=True)
+    acc3 = warpgroup_mma(p_op, k3, acc3, is_async=True)
+    # One wait for the four PV dots, inside the step: a wgmma still in flight while the
+    # next step defines its score accumulator would make ptxas serialize every wgmma.
+    acc0, acc1, acc2, acc3 = warpgroup_mma_wait(0, deps=[acc0, acc1, acc2, acc3])
+    return acc0, acc1, acc2, acc3, b_m, b_l2
+
+
+@gluon.jit
+def _epilogue(acc0, acc1, acc2, acc3, b_m, b_l2, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0, n_heads,
+              stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h, HAS_SINK: gl.constexpr,
+              PARTIAL: gl.constexpr, BLOCK_H: gl.constexpr, LAT: gl.constexpr):
+    """The final output, lse and sink, or with PARTIAL the partial output and base-2 lse
+    (kernels/attention.py's conventions, which kernels/combine.py reads)."""
+    b_l = gl.sum(b_l2, axis=1)
+    m_nonempty = b_l > 0.0
+    b_inv_l = 1.0 / gl.where(m_nonempty, b_l, 1.0)
+    b_lse2 = gl.where(m_nonempty, b_m + gl.log2(gl.where(m_nonempty, b_l, 1.0)), float("-inf"))
+    o_hs = h0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, S_L))
+    m_hs = o_hs < n_heads
+    if PARTIAL:
+        gl.store(lse_ptr + i_t * stride_lse_t + o_hs * stride_lse_h + i_s, b_lse2, mask=m_hs)
+    else:
+        if HAS_SINK:  # kernels/common.sink_factor, which Gluon code cannot call
+            b_lse = b_lse2 * LN2
+            b_sink = gl.load(sink_ptr + o_hs, mask=m_hs, other=0.0)
+            b_inv_l = b_inv_l * gl.where(b_lse2 == float("-inf"), 0.0, 1.0 / (1.0 + gl.exp(b_sink - b_lse)))
+        if lse_ptr is not None:
+            gl.store(lse_ptr + i_t * stride_lse_t + o_hs * stride_lse_h, b_lse2 * LN2, mask=m_hs)
+    inv_l = gl.convert_layout(b_inv_l, gl.SliceLayout(1, O_L))[:, None]
+    o_ho = h0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, O_L))
+    o_co = gl.arange(0, LAT, layout=gl.SliceLayout(0, O_L))
+    p_o = out_ptr + i_t * stride_o_t + i_s * stride_o_s + o_ho[:, None] * stride_o_h + o_co[None, :]
+    m_o = (o_ho < n_heads)[:, None]
+    gl.store(p_o, (acc0 * inv_l).to(out_ptr.dtype.element_ty), mask=m_o)
+    gl.store(p_o + LAT, (acc1 * inv_l).to(out_ptr.dtype.element_ty), mask=m_o)
+    gl.store(p_o + 2 * LAT, (acc2 * inv_l).to(out_ptr.dtype.element_ty), mask=m_o)
+    gl.store(p_o + 3 * LAT, (acc3 * inv_l).to(out_ptr.dtype.element_ty), mask=m_o)
+
+
+@gluon.jit(do_not_specialize=_NOT_SPECIALIZED)
+def sparse_mla_gluon_kernel(
+    q_nope_ptr, q_pe_ptr, kv_ptr, idx_ptr, len_ptr, sink_ptr, out_ptr, lse_ptr,
+    qk_scale, n_rows, n_heads, topk, split_size,
+    stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h, stride_kv, stride_idx_t,
+    stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
+    HAS_LEN: gl.constexpr, HAS_SINK: gl.constexpr, PARTIAL: gl.constexpr,
+    BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
+    NS: gl.constexpr,
+):
+    """One program: one token x BLOCK_H heads x one split of its top-k, over rows of q's
+    dtype (bf16 or fp16): the final output, lse (natural log) and sink, or with PARTIAL the
+    normalised fp32 partial output and its base-2 lse for the combine kernel."""
+    n_h_tiles = gl.cdiv(n_heads, BLOCK_H)
+    i_t = (gl.program_id(0) // n_h_tiles).to(gl.int64)
+    h0 = (gl.program_id(0) % n_h_tiles) * BLOCK_H
+    q_s0, q_s1, q_s2, q_s3, q_sp = _load_q(q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
+                                           stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, LAT, D_PE)
+    dtype: gl.constexpr = kv_ptr.dtype.element_ty
+    k_s0 = gl.allocate_shared_memory(dtype, [NS, BLOCK_N, LAT], SMEM)
+    k_s1 = gl.allocate_shared_memory(dtype, [NS, BLOCK_N, LAT], SMEM)
+    k_s2 = gl.allocate_shared_memory(dtype, [NS, BLOCK_N, LAT], SMEM)
+    k_s3 = gl.allocate_shared_memory(dtype, [NS, BLOCK_N, LAT], SMEM)
+    kp_smem = gl.allocate_shared_memory(dtype, [NS, BLOCK_N, D_PE], SMEM)
+    p_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, BLOCK_N], SMEM)
+
+    i_s = gl.program_id(1)
+    n_start, n_end, n_steps = _split_range(len_ptr, i_t, i_s, split_size, topk, HAS_LEN, BLOCK_N)
+    p_idx = idx_ptr + i_t * stride_idx_t
+    G_ROWS: gl.constexpr = gl.SliceLayout(1, GATHER)
+    GP_ROWS: gl.constexpr = gl.SliceLayout(1, GATHER_PE)
+    _gather(k_s0, k_s1, k_s2, k_s3, kp_smem, kv_ptr, _row_ids(p_idx, n_start, n_end, G_ROWS, BLOCK_N),
+            _row_ids(p_idx, n_start, n_end, GP_ROWS, BLOCK_N), n_rows, stride_kv, 0, GATHER,
+            GATHER_PE, LAT, D_PE)
+    # The next tile's row ids, loaded a step before its copies are issued.
+    b_idx_g = _row_ids(p_idx, n_start + BLOCK_N, n_end, G_ROWS, BLOCK_N)
+    b_idx_p = _row_ids(p_idx, n_start + BLOCK_N, n_end, GP_ROWS, BLOCK_N)
+
+    b_m, b_l2, acc0, acc1, acc2, acc3 = _init_state(BLOCK_H, BLOCK_N, LAT)
+    s_zero = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=S_L)
+    for i in range(n_steps):
+        slot = i % NS
+        async_copy.wait_group(0)  # this thread's copies of step i
+        # The wgmma read shared memory through the async proxy: this thread's writes (and, the
+        # first time, q's stores) are fenced for it, then the barrier makes everyone's visible.
+        fence_async_shared()
+        _barrier()
+        k0 = k_s0.index(slot)
+        k1 = k_s1.index(slot)
+        k2 = k_s2.index(slot)
+        k3 = k_s3.index(slot)
+        s = _scores(q_s0, q_s1, q_s2, q_s3, q_sp, k0, k1, k2, k3, kp_smem.index(slot), s_zero)
+        # While the score dots run: the next tile's copies, into the slot the last step's PV
+        # dots read (both warpgroups waited for those before the barrier above).
+        if i + 1 < n_steps:
+            _gather(k_s0, k_s1, k_s2, k_s3, kp_smem, kv_ptr, b_idx_g, b_idx_p, n_rows, stride_kv,
+                    (i + 1) % NS, GATHER, GATHER_PE, LAT, D_PE)
+            b_idx_g = _row_ids(p_idx, n_start + (i + 2) * BLOCK_N, n_end, G_ROWS, BLOCK_N)
+            b_idx_p = _row_ids(p_idx, n_start + (i + 2) * BLOCK_N, n_end, GP_ROWS, BLOCK_N)
+        s = warpgroup_mma_wait(0, deps=[s])  # one wait for the five score dots
+        acc0, acc1, acc2, acc3, b_m, b_l2 = _softmax_pv(
+            s, acc0, acc1, acc2, acc3, b_m, b_l2, k0, k1, k2, k3, p_smem, p_idx,
+            n_start + i * BLOCK_N, n_end, n_rows, qk_scale, BLOCK_N)
+
+    async_copy.wait_group(0)  # (with no step run, the prologue's masked copies)
+    _epilogue(acc0, acc1, acc2, acc3, b_m, b_l2, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0, n_heads,
+              stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h, HAS_SINK, PARTIAL,
+              BLOCK_H, LAT)
+
+
+@gluon.jit
+def _gather_fp8(raw0, raw1, raw2, raw3, sc0, sc1, sc2, sc3, rp_s, kv_ptr, b_idx_r, b_idx_p, n_rows,
+                stride_kv, slot, LAT: gl.constexpr, D_PE: gl.constexpr):
+    """Issue the asynchronous copies of fp8_ds_mla rows (the same ids in RAW's and GATHER_PE's
+    row slices): the four latent tiles' e4m3 bytes [BLOCK_N, LAT] into ``raw0..3``, their fp32
+    scales [BLOCK_N] into ``sc0..3`` and the bf16 rope [BLOCK_N, D_PE] into ring slot ``slot``
+    of ``rp_s``; invalid row ids are zero-filled."""
+    m_r = (b_idx_r >= 0) & (b_idx_r < n_rows)
+    p_row = kv_ptr + b_idx_r.to(gl.int64) * stride_kv
+    ptrs = p_row[:, None] + gl.arange(0, LAT, layout=gl.SliceLayout(0, RAW))[None, :]
+    async_copy.async_copy_global_to_shared(raw0, ptrs, mask=m_r[:, None])
+    async_copy.async_copy_global_to_shared(raw1, ptrs + LAT, mask=m_r[:, None])
+    async_copy.async_copy_global_to_shared(raw2, ptrs + 2 * LAT, mask=m_r[:, None])
+    async_copy.async_copy_global_to_shared(raw3, ptrs + 3 * LAT, mask=m_r[:, None])
+    # the scales in RAW's row slice, the layout the dequantization reads them in
+    p_sc = (p_row + 4 * LAT).to(gl.pointer_type(gl.float32))
+    async_copy.async_copy_global_to_shared(sc0, p_sc, mask=m_r)
+    async_copy.async_copy_global_to_shared(sc1, p_sc + 1, mask=m_r)
+    async_copy.async_copy_global_to_shared(sc2, p_sc + 2, mask=m_r)
+    async_copy.async_copy_global_to_shared(sc3, p_sc + 3, mask=m_r)
+    m_p = (b_idx_p >= 0) & (b_idx_p < n_rows)
+    # formats.FP8_ROPE_BYTE: the rope after 512 e4m3 bytes and 16 bytes of scales
+    p_pe = (kv_ptr + b_idx_p.to(gl.int64) * stride_kv + 4 * LAT + 16).to(gl.pointer_type(gl.bfloat16))
+    async_copy.async_copy_global_to_shared(
+        rp_s.index(slot), p_pe[:, None] + gl.arange(0, D_PE, layout=gl.SliceLayout(0, GATHER_PE))[None, :],
+        mask=m_p[:, None])
+    async_copy.commit_group()
+
+
+@gluon.jit
+def _dequant_tile(raw, sc, k_c):
+    """A latent tile: e4m3 bytes times its rows' scales (both in shared memory), rounded once
+    to bf16, stored into the operand tile ``k_c`` (shared memory)."""
+    b_sc = sc.load(gl.SliceLayout(1, RAW))  # [BLOCK_N] fp32
+    b_v = raw.load(RAW).to(gl.float8e4nv, bitcast=True).to(gl.float32)
+    k_c.store((b_v * b_sc[:, None]).to(gl.bfloat16))
+
+
+@gluon.jit(do_not_specialize=_NOT_SPECIALIZED)
+def sparse_mla_gluon_fp8_kernel(
+    q_nope_ptr, q_pe_ptr, kv_ptr, idx_ptr, len_ptr, sink_ptr, out_ptr, lse_ptr,
+    qk_scale, n_rows, n_heads, topk, split_size,
+    stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h, stride_kv, stride_idx_t,
+    stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
+    HAS_LEN: gl.constexpr, HAS_SINK: gl.constexpr, PARTIAL: gl.constexpr,
+    BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
+):
+    """The same program over fp8_ds_mla rows (656 bytes: 512 e4m3, 4 fp32 scales, 64 bf16
+    rope) and a bf16 q.
+
+    Each step's raw bytes come through one buffer of asynchronous copies (33 KB) and are
+    dequantized into one bf16 operand tile (64 KB), read by the QK and PV dots; the raw buffer
+    is free once dequantized, so the next tile's copies are issued right after, and run during
+    this step's dots and softmax. The rope columns go straight to a 2-slot ring (they are an
+    operand as stored). Shared memory: q 72 KB + 33 + 16 + 64 + P 8 = 193 KB."""
+    n_h_tiles = gl.cdiv(n_heads, BLOCK_H)
+    i_t = (gl.program_id(0) // n_h_tiles).to(gl.int64)
+    h0 = (gl.program_id(0) % n_h_tiles) * BLOCK_H
+    q_s0, q_s1, q_s2, q_s3, q_sp = _load_q(q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
+                                           stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, LAT, D_PE)
+    raw0 = gl.allocate_shared_memory(gl.uint8, [BLOCK_N, LAT], FLAT)
+    raw1 = gl.allocate_shared_memory(gl.uint8, [BLOCK_N, LAT], FLAT)
+    raw2 = gl.allocate_shared_memory(gl.uint8, [BLOCK_N, LAT], FLAT)
+    raw3 = gl.allocate_shared_memory(gl.uint8, [BLOCK_N, LAT], FLAT)
+    sc0 = gl.allocate_shared_memory(gl.float32, [BLOCK_N], FLAT1)
+    sc1 = gl.allocate_shared_memory(gl.float32, [BLOCK_N], FLAT1)
+    sc2 = gl.allocate_shared_memory(gl.float32, [BLOCK_N], FLAT1)
+    sc3 = gl.allocate_shared_memory(gl.float32, [BLOCK_N], FLAT1)
+    rp_s = gl.allocate_shared_memory(gl.bfloat16, [2, BLOCK_N, D_PE], SMEM)
+    k0 = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_N, LAT], SMEM)
+    k1 = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_N, LAT], SMEM)
+    k2 = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_N, LAT], SMEM)
+    k3 = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_N, LAT], SMEM)
+    p_smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, BLOCK_N], SMEM)
+
+    i_s = gl.program_id(1)
+    n_start, n_end, n_steps = _split_range(len_ptr, i_t, i_s, split_size, topk, HAS_LEN, BLOCK_N)
+    p_idx = idx_ptr + i_t * stride_idx_t
+    R_ROWS: gl.constexpr = gl.SliceLayout(1, RAW)
+    GP_ROWS: gl.constexpr = gl.SliceLayout(1, GATHER_PE)
+    _gather_fp8(raw0, raw1, raw2, raw3, sc0, sc1, sc2, sc3, rp_s, kv_ptr,
+                _row_ids(p_idx, n_start, n_end, R_ROWS, BLOCK_N), _row_ids(p_idx, n_start, n_end, GP_ROWS, BLOCK_N),
+                n_rows, stride_kv, 0, LAT, D_PE)
+    b_idx_r = _row_ids(p_idx, n_start + BLOCK_N, n_end, R_ROWS, BLOCK_N)
+    b_idx_p = _row_ids(p_idx, n_start + BLOCK_N, n_end, GP_ROWS, BLOCK_N)
+
+    b_m, b_l2, acc0, acc1, acc2, acc3 = _init_state(BLOCK_H, BLOCK_N, LAT)
+    s_zero = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=S_L)
+    for i in range(n_steps):
+        slot = i % 2
+        async_copy.wait_group(0)  # this thread's copies of step i
+        _barrier()  # everyone's; and both warpgroups' last PV dots, which read k0..k3, are done
+        _dequant_tile(raw0, sc0, k0)
+        _dequant_tile(raw1, sc1, k1)
+        _dequant_tile(raw2, sc2, k2)
+        _dequant_tile(raw3, sc3, k3)
+        fence_async_shared()  # the operand tiles (and the rope copies, and q) for the wgmma
+        _barrier()  # every thread's part dequantized: the raw buffer is free
+        if i + 1 < n_steps:
+            _gather_fp8(raw0, raw1, raw2, raw3, sc0, sc1, sc2, sc3, rp_s, kv_ptr, b_idx_r, b_idx_p,
+                        n_rows, stride_kv, (i + 1) % 2, LAT, D_PE)
+            b_idx_r = _row_ids(p_idx, n_start + (i + 2) * BLOCK_N, n_end, R_ROWS, BLOCK_N)
+            b_idx_p = _row_ids(p_idx, n_start + (i + 2) * BLOCK_N, n_end, GP_ROWS, BLOCK_N)
+        s = _scores(q_s0, q_s1, q_s2, q_s3, q_sp, k0, k1, k2, k3, rp_s.index(slot), s_zero)
+        s = warpgroup_mma_wait(0, deps=[s])  # one wait for the five score dots
+        acc0, acc1, acc2, acc3, b_m, b_l2 = _softmax_pv(
+            s, acc0, acc1, acc2, acc3, b_m, b_l2, k0, k1, k2, k3, p_smem, p_idx,
+            n_start + i * BLOCK_N, n_end, n_rows, qk_scale, BLOCK_N)
+
+    async_copy.wait_group(0)  # (with no step run, the prologue's masked copies)
+    _epilogue(acc0, acc1, acc2, acc3, b_m, b_l2, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0, n_heads,
+              stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h, HAS_SINK, PARTIAL,
+              BLOCK_H, LAT)
+
+
+def kernel_args(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, split_size, fp8):
+    """``(kernel, arguments)`` of a launch, less the output's pointers and strides (the
+    launcher adds them for the final or the partial output). Shapes as
+    ``kernels.attention.launch_sparse_mla_fwd``; ``q_pe`` is required."""
+    args = dict(
+        q_nope_ptr=q_nope, q_pe_ptr=q_pe, kv_ptr=kv, idx_ptr=indices,
+        len_ptr=topk_length, sink_ptr=attn_sink,
+        qk_scale=float(sm_scale) * math.log2(math.e), n_rows=kv.shape[0], n_heads=q_nope.shape[1],
+        topk=indices.shape[1], split_size=split_size,
+        stride_qn_t=q_nope.stride(0), stride_qn_h=q_nope.stride(1),
+        stride_qp_t=q_pe.stride(0), stride_qp_h=q_pe.stride(1),
+        stride_kv=kv.stride(0), stride_idx_t=indices.stride(0),
+        HAS_LEN=topk_length is not None, HAS_SINK=attn_sink is not None,
+        BLOCK_H=BLOCK_H, BLOCK_N=BLOCK_N, LAT=LAT, D_PE=D_PE, num_warps=NUM_WARPS)
+    if fp8:
+        return sparse_mla_gluon_fp8_kernel, args
+    return sparse_mla_gluon_kernel, dict(args, NS=NS)
+

@@ -31,8 +31,10 @@ CASES = [
     pytest.param("glm_moe_dsa", "fp8_ds_mla", 8, 64, id="glm5-fp8-H8"),
     pytest.param("glm_moe_dsa", "auto", 3, 0, id="nope512-bf16-H3"),
     # 64 heads (DeepSeek-V3.2 at TP2, or data-parallel attention) and 14 tokens: the sm90 tables'
-    # 64-head tile, whose probabilities go through the per-SM scratch slot (exchange_p).
+    # 64-head tile, the Gluon kernel on an SM90 GPU (kernels/gluon_sm90.py) and elsewhere the
+    # Triton tile whose probabilities go through the per-SM scratch slot (exchange_p).
     pytest.param("deepseek_v32", "fp8_ds_mla", 64, 64, id="dsv32-fp8-H64"),
+    pytest.param("deepseek_v32", "auto", 64, 64, id="dsv32-bf16-H64"),
 ]
 
 

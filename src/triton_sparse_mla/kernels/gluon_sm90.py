@@ -24,7 +24,7 @@ tile (64 KB) that both dots read, the rope through a 2-slot ring: 193.5 KB.
 
 Compiled for sm90 by Triton 3.6: 743 instructions per warp and 64-row step against the
 Triton tile's 980, 2 tensor-pipe drains against 9, 6 barriers against 14, 253 registers
-without spills (fp8_ds_mla rows: 1153 against 1414, 255). On the H200 1.18-1.41x faster than
+without spills (fp8_ds_mla rows: 1142 against 1414, 255). On the H200 1.18-1.41x faster than
 the Triton tile (bf16) and 1.18-1.22x (fp8_ds_mla), decode and prefill (BENCHMARKS.md, "The
 Gluon tile").
 
@@ -48,6 +48,12 @@ BLOCK_H, BLOCK_N, LAT, D_PE, NUM_WARPS, NS = 64, 64, 128, 64, 8, 2
 GATHER = gl.constexpr(gl.BlockedLayout([1, 8], [2, 16], [NUM_WARPS, 1], [1, 0]))
 GATHER_PE = gl.constexpr(gl.BlockedLayout([1, 8], [4, 8], [NUM_WARPS, 1], [1, 0]))
 RAW = gl.constexpr(gl.BlockedLayout([1, 16], [4, 8], [NUM_WARPS, 1], [1, 0]))
+# fp8_ds_mla scales, [BLOCK_N] fp32 per latent tile: copied in this layout, each by 4 threads
+# (in RAW's row slice, by 8): 1.01-1.03x on the 64-head fp8 decode rows against RAW's slice
+# (H200, 2026-12-01, run 71, BENCHMARKS.md "The Gluon tile"). (8 bytes per thread in RAW,
+# which makes each thread's dequantized values one 16-byte store: 0.93-0.95x, 60 more
+# instructions per step.)
+SCALES = gl.constexpr(gl.BlockedLayout([1], [32], [NUM_WARPS], [0]))
 SMEM = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2))
 FLAT = gl.constexpr(gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[1, 0]))
 FLAT1 = gl.constexpr(gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[0]))
@@ -292,12 +298,12 @@ def sparse_mla_gluon_kernel(
 
 
 @gluon.jit
-def _gather_fp8(raw0, raw1, raw2, raw3, sc0, sc1, sc2, sc3, rp_s, kv_ptr, b_idx_r, b_idx_p, n_rows,
-                stride_kv, slot, LAT: gl.constexpr, D_PE: gl.constexpr):
-    """Issue the asynchronous copies of fp8_ds_mla rows (the same ids in RAW's and GATHER_PE's
-    row slices): the four latent tiles' e4m3 bytes [BLOCK_N, LAT] into ``raw0..3``, their fp32
-    scales [BLOCK_N] into ``sc0..3`` and the bf16 rope [BLOCK_N, D_PE] into ring slot ``slot``
-    of ``rp_s``; invalid row ids are zero-filled."""
+def _gather_fp8(raw0, raw1, raw2, raw3, sc0, sc1, sc2, sc3, rp_s, kv_ptr, b_idx_r, b_idx_s,
+                b_idx_p, n_rows, stride_kv, slot, LAT: gl.constexpr, D_PE: gl.constexpr):
+    """Issue the asynchronous copies of fp8_ds_mla rows (the same ids in RAW's row slice,
+    SCALES and GATHER_PE's row slice): the four latent tiles' e4m3 bytes [BLOCK_N, LAT] into
+    ``raw0..3``, their fp32 scales [BLOCK_N] into ``sc0..3`` and the bf16 rope
+    [BLOCK_N, D_PE] into ring slot ``slot`` of ``rp_s``; invalid row ids are zero-filled."""
     m_r = (b_idx_r >= 0) & (b_idx_r < n_rows)
     p_row = kv_ptr + b_idx_r.to(gl.int64) * stride_kv
     ptrs = p_row[:, None] + gl.arange(0, LAT, layout=gl.SliceLayout(0, RAW))[None, :]
@@ -305,12 +311,12 @@ def _gather_fp8(raw0, raw1, raw2, raw3, sc0, sc1, sc2, sc3, rp_s, kv_ptr, b_idx_
     async_copy.async_copy_global_to_shared(raw1, ptrs + LAT, mask=m_r[:, None])
     async_copy.async_copy_global_to_shared(raw2, ptrs + 2 * LAT, mask=m_r[:, None])
     async_copy.async_copy_global_to_shared(raw3, ptrs + 3 * LAT, mask=m_r[:, None])
-    # the scales in RAW's row slice, the layout the dequantization reads them in
-    p_sc = (p_row + 4 * LAT).to(gl.pointer_type(gl.float32))
-    async_copy.async_copy_global_to_shared(sc0, p_sc, mask=m_r)
-    async_copy.async_copy_global_to_shared(sc1, p_sc + 1, mask=m_r)
-    async_copy.async_copy_global_to_shared(sc2, p_sc + 2, mask=m_r)
-    async_copy.async_copy_global_to_shared(sc3, p_sc + 3, mask=m_r)
+    m_s = (b_idx_s >= 0) & (b_idx_s < n_rows)
+    p_sc = (kv_ptr + b_idx_s.to(gl.int64) * stride_kv + 4 * LAT).to(gl.pointer_type(gl.float32))
+    async_copy.async_copy_global_to_shared(sc0, p_sc, mask=m_s)
+    async_copy.async_copy_global_to_shared(sc1, p_sc + 1, mask=m_s)
+    async_copy.async_copy_global_to_shared(sc2, p_sc + 2, mask=m_s)
+    async_copy.async_copy_global_to_shared(sc3, p_sc + 3, mask=m_s)
     m_p = (b_idx_p >= 0) & (b_idx_p < n_rows)
     # formats.FP8_ROPE_BYTE: the rope after 512 e4m3 bytes and 16 bytes of scales
     p_pe = (kv_ptr + b_idx_p.to(gl.int64) * stride_kv + 4 * LAT + 16).to(gl.pointer_type(gl.bfloat16))
@@ -370,11 +376,13 @@ def sparse_mla_gluon_fp8_kernel(
     n_start, n_end, n_steps = _split_range(len_ptr, i_t, i_s, split_size, topk, HAS_LEN, BLOCK_N)
     p_idx = idx_ptr + i_t * stride_idx_t
     R_ROWS: gl.constexpr = gl.SliceLayout(1, RAW)
+    S_ROWS: gl.constexpr = SCALES  # (row ids for the scales' copies: one more load per step)
     GP_ROWS: gl.constexpr = gl.SliceLayout(1, GATHER_PE)
     _gather_fp8(raw0, raw1, raw2, raw3, sc0, sc1, sc2, sc3, rp_s, kv_ptr,
-                _row_ids(p_idx, n_start, n_end, R_ROWS, BLOCK_N), _row_ids(p_idx, n_start, n_end, GP_ROWS, BLOCK_N),
-                n_rows, stride_kv, 0, LAT, D_PE)
+                _row_ids(p_idx, n_start, n_end, R_ROWS, BLOCK_N), _row_ids(p_idx, n_start, n_end, S_ROWS, BLOCK_N),
+                _row_ids(p_idx, n_start, n_end, GP_ROWS, BLOCK_N), n_rows, stride_kv, 0, LAT, D_PE)
     b_idx_r = _row_ids(p_idx, n_start + BLOCK_N, n_end, R_ROWS, BLOCK_N)
+    b_idx_s = _row_ids(p_idx, n_start + BLOCK_N, n_end, S_ROWS, BLOCK_N)
     b_idx_p = _row_ids(p_idx, n_start + BLOCK_N, n_end, GP_ROWS, BLOCK_N)
 
     b_m, b_l2, acc0, acc1, acc2, acc3 = _init_state(BLOCK_H, BLOCK_N, LAT)
@@ -390,9 +398,10 @@ def sparse_mla_gluon_fp8_kernel(
         fence_async_shared()  # the operand tiles (and the rope copies, and q) for the wgmma
         _barrier()  # every thread's part dequantized: the raw buffer is free
         if i + 1 < n_steps:
-            _gather_fp8(raw0, raw1, raw2, raw3, sc0, sc1, sc2, sc3, rp_s, kv_ptr, b_idx_r, b_idx_p,
-                        n_rows, stride_kv, (i + 1) % 2, LAT, D_PE)
+            _gather_fp8(raw0, raw1, raw2, raw3, sc0, sc1, sc2, sc3, rp_s, kv_ptr, b_idx_r, b_idx_s,
+                        b_idx_p, n_rows, stride_kv, (i + 1) % 2, LAT, D_PE)
             b_idx_r = _row_ids(p_idx, n_start + (i + 2) * BLOCK_N, n_end, R_ROWS, BLOCK_N)
+            b_idx_s = _row_ids(p_idx, n_start + (i + 2) * BLOCK_N, n_end, S_ROWS, BLOCK_N)
             b_idx_p = _row_ids(p_idx, n_start + (i + 2) * BLOCK_N, n_end, GP_ROWS, BLOCK_N)
         s = _scores(q_s0, q_s1, q_s2, q_s3, q_sp, k0, k1, k2, k3, rp_s.index(slot), s_zero)
         s = warpgroup_mma_wait(0, deps=[s])  # one wait for the five score dots

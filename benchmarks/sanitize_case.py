@@ -7,25 +7,15 @@ wrong, so the sanitizer's and the math's verdicts both show."""
 
 import sys
 
-import torch
-
 sys.path.insert(0, "tests")
-from problems import assert_close, make_problem  # noqa: E402
+from problems import aligned_rows, assert_close, make_problem  # noqa: E402
 
 from triton_sparse_mla import sparse_mla_attention, sparse_mla_reference  # noqa: E402
-
-
-def aligned(kv):
-    """The rows at a row stride of a multiple of 16 elements (make_problem's is not)."""
-    store = torch.zeros(kv.shape[0], kv.shape[1] + (-kv.shape[1]) % 16 + 16, dtype=kv.dtype, device=kv.device)
-    store[:, :kv.shape[1]] = kv
-    return store[:, :kv.shape[1]]
-
 
 for fmt in ("bf16", "fp8_ds_mla"):
     for t, h, k in ((2, 64, 2048), (4, 80, 512), (600, 16, 64)):
         p = make_problem(t=t, h=h, k=k, n=4096, fmt=fmt, device="cuda", topk_length="partial", sink=True)
-        kv = aligned(p.kv) if h == 80 else p.kv
+        kv = aligned_rows(p.kv) if h == 80 else p.kv
         out, lse = sparse_mla_attention(p.q, kv, p.indices, p.sm_scale, topk_length=p.topk_length,
                                         attn_sink=p.attn_sink, return_lse=True)
         ref = sparse_mla_reference(p.q, kv, p.indices, p.sm_scale, topk_length=p.topk_length,

@@ -91,6 +91,18 @@ def make_problem(*, t, h, k, n, fmt="bf16", dtype=torch.bfloat16, d_qk=576, seed
                    attn_sink=to(attn_sink), sm_scale=1.0 / (d_qk**0.5) * 1.3)
 
 
+def aligned_rows(kv):
+    """The same rows at a row stride that is a multiple of 16 elements, as every cache vLLM
+    allocates (make_problem's are not: they catch stride bugs), still not contiguous, the
+    padding poisoned. sm90's Gluon kernel takes only such caches (its 16-byte copies)."""
+    width = kv.shape[1]
+    store = torch.full((kv.shape[0], width + (-width) % 16 + 16),
+                       255 if kv.dtype == torch.uint8 else float("nan"), dtype=kv.dtype,
+                       device=kv.device)
+    store[:, :width] = kv
+    return store[:, :width]
+
+
 def assert_close(out, lse, ref_out, ref_lse, *, rtol_norm):
     """Compare with the float64 reference: NaN/inf pattern, then norm error, then cosine."""
     out = out.double().cpu()

@@ -6,7 +6,7 @@ import pytest
 import torch
 import triton
 
-from problems import assert_close, make_problem
+from problems import aligned_rows, assert_close, make_problem
 from triton_sparse_mla import sparse_mla_attention, sparse_mla_reference
 from triton_sparse_mla import api, configs
 
@@ -105,17 +105,6 @@ def test_scores_apart(kind, device):
     _check_tile(kind, configs.TileConfig(64, 32, 8, 3, scores_apart=True), device)
 
 
-def _aligned_rows(kv):
-    """The same rows at a row stride that is a multiple of 16 elements (as every cache vLLM
-    allocates; make_problem's are not), still not contiguous, the padding poisoned."""
-    width = kv.shape[1]
-    store = torch.full((kv.shape[0], width + (-width) % 16 + 16),
-                       255 if kv.dtype == torch.uint8 else float("nan"), dtype=kv.dtype,
-                       device=kv.device)
-    store[:, :width] = kv
-    return store[:, :width]
-
-
 GLUON_CASES = [
     case(3, 80, 200, 500, topk_length="partial", sink=True),  # two head tiles, one partial
     case(2, 128, 300, 700, "fp8_ds_mla", sink=True, q_tuple=True),
@@ -139,7 +128,7 @@ def test_gluon_tile(p, device):
     tile = configs.pick_tile("sm90", t_count=128, h_count=64, fp8=fp8)
     assert tile.gluon
     prob = make_problem(device=device, **p)
-    kv = _aligned_rows(prob.kv)
+    kv = aligned_rows(prob.kv)
     ref_out, ref_lse = sparse_mla_reference(prob.q, kv, prob.indices, prob.sm_scale,
                                             topk_length=prob.topk_length, attn_sink=prob.attn_sink)
     q_nope, q_pe = api._split_query(prob.q)

@@ -34,7 +34,6 @@ Import only where Gluon is available and not under the interpreter (see
 
 import math
 
-import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy

@@ -144,9 +144,10 @@ def test_gluon_tile(p, device):
         assert_close(out, lse, ref_out, ref_lse, rtol_norm=TOL[p["fmt"]])
 
 
-def test_gluon_runs_where_it_applies(device):
+def test_gluon_runs_where_it_applies(device, monkeypatch):
     """The Gluon kernel is chosen only for tiles that name it, a 576-column q, bf16 with fp8
-    rows, and a cache aligned for its copies; never under the interpreter."""
+    rows, and a cache aligned for its copies; never under the interpreter, nor with
+    TRITON_SPARSE_MLA_GLUON=0."""
     from triton_sparse_mla.kernels.attention import gluon_kernels
 
     interpret = device.type == "cpu"
@@ -162,6 +163,8 @@ def test_gluon_runs_where_it_applies(device):
     assert gluon_kernels(tile, q.half(), kv8, 64, True, interpret) is None  # fp16 q, fp8 rows
     wide = torch.zeros(10, 584, dtype=torch.bfloat16, device=device)[:, :576]
     assert gluon_kernels(tile, q, wide, 64, False, interpret) is None  # row stride 584
+    monkeypatch.setenv("TRITON_SPARSE_MLA_GLUON", "0")
+    assert gluon_kernels(tile, q, kv, 64, False, interpret) is None
     with pytest.raises(ValueError, match="gluon.*64 heads x 64 rows.*got 32 x 64"):
         configs.TileConfig(32, 64, 8, 2, gluon=True)
 

@@ -67,9 +67,10 @@ class TileConfig:
     # slot in global memory where set. Experimental: on in no table yet.
     scores_apart: bool = False
     # Run the Gluon kernel (kernels/gluon_sm90.py) where it applies: an SM90 device, Triton
-    # 3.6 or newer, a 576-column q, bf16 (or fp16 with fp16 rows); see
-    # kernels.attention.gluon_kernels. Elsewhere (other GPUs, the interpreter, a NoPE q) the
-    # Triton kernel runs the tile's other fields. Only the 64x64 tile of 8 warps.
+    # 3.6 or newer, a 576-column q, bf16 (or fp16 with fp16 rows), a cache aligned to 16; see
+    # kernels.attention.gluon_kernels. Elsewhere (other GPUs, the interpreter, a NoPE q, an
+    # unaligned cache) the Triton kernel runs the tile's other fields. Only the 64x64 tile of
+    # 8 warps.
     gluon: bool = False
 
     def __post_init__(self):
@@ -133,10 +134,10 @@ C = TileConfig
 # 66: never faster), 1.00x on the 32-head one and 0.82x on the exchange tile (spills), which
 # run without (H200, 2026-12-01, runs 63-66, sweep.py --toggle rows_ahead, BENCHMARKS.md "fp8
 # rows a step ahead").
-# The Gluon tile (TileConfig.gluon; where it does not run, the exchange_p tile it names): 1.18-1.41x
-# over the exchange_p tile on bf16 rows and 1.18-1.22x on fp8_ds_mla rows, decode T=32-512 and
-# prefill T=4096, 64 and 128 heads (H200, 2026-12-01, run 67, benchmarks/gluon_sm90.py as a
-# prototype, BENCHMARKS.md "The Gluon tile").
+# The Gluon tile (TileConfig.gluon; where it does not run, the exchange_p tile it names):
+# 1.18-1.41x over the exchange_p tile on bf16 rows and 1.18-1.22x on fp8_ds_mla rows, decode
+# T=32-512 and prefill T=4096, 64 and 128 heads (H200, 2026-12-01, run 67, its prototype;
+# BENCHMARKS.md "The Gluon tile").
 _G64 = C(64, 64, 8, 2, exchange_p=True, gluon=True)
 _SM90 = {
     ("latency", "plain"): ((_ANY, C(16, 64, 4, 2)),),

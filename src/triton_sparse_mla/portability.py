@@ -2,8 +2,9 @@
 
 For each architecture family in :data:`configs.CONFIGS` and each compile target of that family,
 the main kernel is compiled (both formats, final and partial outputs, with and without rope;
-on SM90 also the Gluon kernel of tiles that name it), and so are the combine kernel and the fp8 prefill workspace's kernels; the shared memory each
-needs is compared with the family's limit.
+on SM90 also the Gluon kernel of tiles that name it), and so are the combine kernel and the
+fp8 prefill workspace's kernels; the shared memory each needs is compared with the family's
+limit.
 Pointer and stride arguments are hinted divisible by 16, as real launches specialise them, so
 the software pipeline (and its shared memory) is the one a real launch gets.
 
@@ -21,6 +22,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from . import configs
+from .kernels.attention import gluon_module
 
 _PTR = {"bf16": "*bf16", "u8": "*u8", "i32": "*i32", "fp32": "*fp32"}
 
@@ -85,12 +87,6 @@ def _main_kernel_variants(tile: configs.TileConfig, cap: int, fp8: bool, family:
                    constexprs, divisible, tile.num_warps, tile.num_stages)
 
 
-def _gluon_module():
-    from .kernels.attention import _gluon_module as module
-
-    return module()
-
-
 def _gluon_variants(fp8: bool):
     """The Gluon kernels of a tile with ``gluon`` (kernels/gluon_sm90.py; SM90 only): final
     and partial outputs."""
@@ -149,7 +145,7 @@ def check_all(families=None) -> list[dict]:
             for phase, kind, tile in configs.all_tiles(family):
                 key = f"{phase}/{kind}/{tile.block_h}x{tile.block_n}"
                 jobs.extend((key, v) for v in _main_kernel_variants(tile, cap, kind == "fp8", family))
-                if tile.gluon and cap // 10 == 9 and _gluon_module() is not None:
+                if tile.gluon and cap // 10 == 9 and gluon_module() is not None:
                     jobs.extend((key, v) for v in _gluon_variants(kind == "fp8"))
             jobs.append(("combine", _combine_variant()))
             jobs.extend(("workspace", v) for v in _workspace_variants(cap))

@@ -389,11 +389,11 @@ def gluon_kernels(tile, q_nope, kv, d_pe: int, fp8: bool, interpret: bool):
         return None
     if torch.cuda.get_device_capability(q_nope.device)[0] != 9:
         return None
-    return _gluon_module()
+    return gluon_module()
 
 
 @functools.lru_cache(maxsize=None)
-def _gluon_module():
+def gluon_module():
     """The Gluon kernels' module, imported once, or None where this Triton lacks them."""
     if tuple(int(v) for v in triton.__version__.split(".")[:2]) < (3, 6):
         return None

@@ -114,20 +114,15 @@ GLUON_CASES = [
 ]
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
-                    reason="the Gluon kernel runs on SM90")
-@pytest.mark.parametrize("p", GLUON_CASES)
-def test_gluon_tile(p, device):
-    """sm90's 64-head tile runs the Gluon kernel (kernels/gluon_sm90.py) and matches the
-    reference, split and not: several head tiles, lengths, sink, lse, invalid ids, a rising
-    max, separate q_nope and q_pe, bf16, fp16 and fp8_ds_mla rows. (Over make_problem's row
-    stride, not a multiple of 16, the same tile runs the Triton kernel:
-    test_every_shipped_config.)"""
-    fp8 = p["fmt"] == "fp8_ds_mla"
-    tile = configs.pick_tile("sm90", t_count=128, h_count=64, fp8=fp8)
-    assert tile.gluon
+_SM90_ONLY = pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
+    reason="the Gluon kernel runs on SM90")
+
+
+def _check_gluon(p, tile, device, q_gain=1.0):
     prob = make_problem(device=device, **p)
+    if q_gain != 1.0:  # the same scores from a q of another magnitude
+        prob.q, prob.sm_scale = prob.q * q_gain, prob.sm_scale / q_gain
     kv = aligned_rows(prob.kv)
     ref_out, ref_lse = sparse_mla_reference(prob.q, kv, prob.indices, prob.sm_scale,
                                             topk_length=prob.topk_length, attn_sink=prob.attn_sink)
@@ -138,10 +133,36 @@ def test_gluon_tile(p, device):
         lse = torch.empty(t, h, dtype=torch.float32, device=device)
         plan = configs.LaunchPlan(tile=tile, splits=splits, fp8_cvt=1)
         compiled = api._run(q_nope, q_pe, kv, prob.indices, prob.topk_length, prob.attn_sink,
-                            prob.sm_scale, out, lse, family=None, sm_count=1, fp8_cvt=1, fp8=fp8,
-                            plan=plan)
+                            prob.sm_scale, out, lse, family=None, sm_count=1, fp8_cvt=1,
+                            fp8=p["fmt"] == "fp8_ds_mla", plan=plan)
         assert "gluon" in compiled.name, compiled.name
         assert_close(out, lse, ref_out, ref_lse, rtol_norm=TOL[p["fmt"]])
+
+
+@pytest.mark.gpu
+@_SM90_ONLY
+@pytest.mark.parametrize("p", GLUON_CASES)
+def test_gluon_tile(p, device):
+    """sm90's 64-head tile runs the Gluon kernel (kernels/gluon_sm90.py) and matches the
+    reference, split and not: several head tiles, lengths, sink, lse, invalid ids, a rising
+    max, separate q_nope and q_pe, bf16, fp16 and fp8_ds_mla rows. (Over make_problem's row
+    stride, not a multiple of 16, the same tile runs the Triton kernel:
+    test_every_shipped_config.)"""
+    tile = configs.pick_tile("sm90", t_count=128, h_count=64, fp8=p["fmt"] == "fp8_ds_mla")
+    assert tile.gluon
+    _check_gluon(p, tile, device)
+
+
+@pytest.mark.gpu
+@_SM90_ONLY
+@pytest.mark.parametrize("p", [c for c in GLUON_CASES if c.values[0]["fmt"] == "fp8_ds_mla"])
+def test_gluon_fp8_rows_into_fp16_operands(p, device):
+    """The Gluon tile with ``fp8_f16`` (fp8_ds_mla rows dequantized into fp16 operands, q
+    scaled by 2^-8) matches the reference, also for a q past fp16's range."""
+    tile = dataclasses.replace(configs.pick_tile("sm90", t_count=128, h_count=64, fp8=True),
+                               fp8_f16=True)
+    _check_gluon(p, tile, device)
+    _check_gluon(p, tile, device, q_gain=1e5)
 
 
 def test_gluon_runs_where_it_applies(device, monkeypatch):

@@ -63,6 +63,9 @@ S_L = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2
 O_L = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
                                              instr_shape=[16, LAT // 2, 16]))
 LN2 = gl.constexpr(math.log(2.0))
+# q's scale on its way to fp16 operands (fp8_ds_mla rows with F16): exact, and fp16 then holds
+# a bf16 q up to |q| = 2^24, with bf16's precision down to 2^-6 (kernels.attention.operand_dtype).
+Q_F16_SCALE = gl.constexpr(2.0 ** -8)
 # A barrier of all the program's threads: gl.thread_barrier in Triton 3.6, gl.barrier in 3.8.
 _barrier = getattr(gl, "barrier", None) or gl.thread_barrier
 # Arguments not specialized on their value (a new variant for a value divisible by 16 or
@@ -102,26 +105,39 @@ def _gather(k_s0, k_s1, k_s2, k_s3, kp_s, kv_ptr, b_idx, b_idx2, n_rows, stride_
 
 
 @gluon.jit
-def _q_tile(p_q, m_h, LAYOUT: gl.constexpr, WIDTH: gl.constexpr):
-    """``q[heads, :WIDTH]`` from row pointers ``p_q`` (masked heads zero) into shared memory."""
+def _q_tile(p_q, m_h, LAYOUT: gl.constexpr, WIDTH: gl.constexpr, TO_F16: gl.constexpr):
+    """``q[heads, :WIDTH]`` from row pointers ``p_q`` (masked heads zero) into shared memory;
+    with TO_F16 scaled by Q_F16_SCALE (exact) and stored as fp16, else as loaded."""
     o_c = gl.arange(0, WIDTH, layout=gl.SliceLayout(0, LAYOUT))
     b_q = gl.load(p_q[:, None] + o_c[None, :], mask=m_h[:, None], other=0.0)
+    if TO_F16:
+        b_q = (b_q.to(gl.float32) * Q_F16_SCALE).to(gl.float16)
     return gl.allocate_shared_memory(b_q.dtype, [b_q.shape[0], WIDTH], SMEM, b_q)
 
 
 @gluon.jit
 def _load_q(q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t, stride_qn_h, stride_qp_t,
-            stride_qp_h, BLOCK_H: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr):
-    """q of this program's heads into shared memory, once: four latent tiles and the rope."""
+            stride_qp_h, BLOCK_H: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
+            F16: gl.constexpr):
+    """q of this program's heads into shared memory, once: four latent tiles and the rope.
+    With F16 (fp8_ds_mla rows into fp16 operands) the latent tiles become fp16 and the rope
+    stays bf16 (the rows' rope is bf16), both scaled by Q_F16_SCALE."""
     o_h = h0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, GATHER))
     p_q = q_nope_ptr + i_t * stride_qn_t + o_h * stride_qn_h
     m_h = o_h < n_heads
-    q_s0 = _q_tile(p_q, m_h, GATHER, LAT)
-    q_s1 = _q_tile(p_q + LAT, m_h, GATHER, LAT)
-    q_s2 = _q_tile(p_q + 2 * LAT, m_h, GATHER, LAT)
-    q_s3 = _q_tile(p_q + 3 * LAT, m_h, GATHER, LAT)
+    q_s0 = _q_tile(p_q, m_h, GATHER, LAT, F16)
+    q_s1 = _q_tile(p_q + LAT, m_h, GATHER, LAT, F16)
+    q_s2 = _q_tile(p_q + 2 * LAT, m_h, GATHER, LAT, F16)
+    q_s3 = _q_tile(p_q + 3 * LAT, m_h, GATHER, LAT, F16)
     o_h2 = h0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, GATHER_PE))
-    q_sp = _q_tile(q_pe_ptr + i_t * stride_qp_t + o_h2 * stride_qp_h, o_h2 < n_heads, GATHER_PE, D_PE)
+    p_qp = q_pe_ptr + i_t * stride_qp_t + o_h2 * stride_qp_h
+    if F16:
+        o_p = gl.arange(0, D_PE, layout=gl.SliceLayout(0, GATHER_PE))
+        b_qp = gl.load(p_qp[:, None] + o_p[None, :], mask=(o_h2 < n_heads)[:, None], other=0.0)
+        q_sp = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, D_PE], SMEM,
+                                         (b_qp.to(gl.float32) * Q_F16_SCALE).to(gl.bfloat16))
+    else:
+        q_sp = _q_tile(p_qp, o_h2 < n_heads, GATHER_PE, D_PE, False)
     return q_s0, q_s1, q_s2, q_s3, q_sp
 
 
@@ -243,7 +259,8 @@ def sparse_mla_gluon_kernel(
     i_t = (gl.program_id(0) // n_h_tiles).to(gl.int64)
     h0 = (gl.program_id(0) % n_h_tiles) * BLOCK_H
     q_s0, q_s1, q_s2, q_s3, q_sp = _load_q(q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
-                                           stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, LAT, D_PE)
+                                           stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, LAT, D_PE,
+                                           False)
     dtype: gl.constexpr = kv_ptr.dtype.element_ty
     k_s0 = gl.allocate_shared_memory(dtype, [NS, BLOCK_N, LAT], SMEM)
     k_s1 = gl.allocate_shared_memory(dtype, [NS, BLOCK_N, LAT], SMEM)
@@ -326,12 +343,18 @@ def _gather_fp8(raw0, raw1, raw2, raw3, sc0, sc1, sc2, sc3, rp_s, kv_ptr, b_idx_
 
 
 @gluon.jit
-def _dequant_tile(raw, sc, k_c):
-    """A latent tile: e4m3 bytes times its rows' scales (both in shared memory), rounded once
-    to bf16, stored into the operand tile ``k_c`` (shared memory)."""
+def _dequant_tile(raw, sc, k_c, F16: gl.constexpr):
+    """A latent tile: e4m3 bytes times its rows' scales (both in shared memory) into the
+    operand tile ``k_c`` (shared memory): in fp32 rounded once to bf16, or with F16 in fp16
+    (the scale rounded to fp16, one packed multiply per two values, as the Triton tiles'
+    ``fp8_f16``: kernels/common.scale_tile)."""
     b_sc = sc.load(gl.SliceLayout(1, RAW))  # [BLOCK_N] fp32
-    b_v = raw.load(RAW).to(gl.float8e4nv, bitcast=True).to(gl.float32)
-    k_c.store((b_v * b_sc[:, None]).to(gl.bfloat16))
+    if F16:
+        b_v = raw.load(RAW).to(gl.float8e4nv, bitcast=True).to(gl.float16)
+        k_c.store(b_v * b_sc.to(gl.float16)[:, None])
+    else:
+        b_v = raw.load(RAW).to(gl.float8e4nv, bitcast=True).to(gl.float32)
+        k_c.store((b_v * b_sc[:, None]).to(gl.bfloat16))
 
 
 @gluon.jit(do_not_specialize=_NOT_SPECIALIZED)
@@ -342,9 +365,12 @@ def sparse_mla_gluon_fp8_kernel(
     stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
     HAS_LEN: gl.constexpr, HAS_SINK: gl.constexpr, PARTIAL: gl.constexpr,
     BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
+    F16: gl.constexpr,
 ):
     """The same program over fp8_ds_mla rows (656 bytes: 512 e4m3, 4 fp32 scales, 64 bf16
-    rope) and a bf16 q.
+    rope) and a bf16 q. With F16 (``TileConfig.fp8_f16``) the latent operands are fp16: q
+    scaled by Q_F16_SCALE (the launcher divides it out of ``qk_scale``), the rows dequantized
+    in fp16, P in fp16; the rope dot stays bf16, its q scaled alike.
 
     Each step's raw bytes come through one buffer of asynchronous copies (33 KB) and are
     dequantized into one bf16 operand tile (64 KB), read by the QK and PV dots; the raw buffer
@@ -355,7 +381,9 @@ def sparse_mla_gluon_fp8_kernel(
     i_t = (gl.program_id(0) // n_h_tiles).to(gl.int64)
     h0 = (gl.program_id(0) % n_h_tiles) * BLOCK_H
     q_s0, q_s1, q_s2, q_s3, q_sp = _load_q(q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
-                                           stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, LAT, D_PE)
+                                           stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, LAT, D_PE,
+                                           F16)
+    op_t: gl.constexpr = gl.float16 if F16 else gl.bfloat16  # the latent operands' type
     raw0 = gl.allocate_shared_memory(gl.uint8, [BLOCK_N, LAT], FLAT)
     raw1 = gl.allocate_shared_memory(gl.uint8, [BLOCK_N, LAT], FLAT)
     raw2 = gl.allocate_shared_memory(gl.uint8, [BLOCK_N, LAT], FLAT)
@@ -365,11 +393,11 @@ def sparse_mla_gluon_fp8_kernel(
     sc2 = gl.allocate_shared_memory(gl.float32, [BLOCK_N], FLAT1)
     sc3 = gl.allocate_shared_memory(gl.float32, [BLOCK_N], FLAT1)
     rp_s = gl.allocate_shared_memory(gl.bfloat16, [2, BLOCK_N, D_PE], SMEM)
-    k0 = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_N, LAT], SMEM)
-    k1 = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_N, LAT], SMEM)
-    k2 = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_N, LAT], SMEM)
-    k3 = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_N, LAT], SMEM)
-    p_smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, BLOCK_N], SMEM)
+    k0 = gl.allocate_shared_memory(op_t, [BLOCK_N, LAT], SMEM)
+    k1 = gl.allocate_shared_memory(op_t, [BLOCK_N, LAT], SMEM)
+    k2 = gl.allocate_shared_memory(op_t, [BLOCK_N, LAT], SMEM)
+    k3 = gl.allocate_shared_memory(op_t, [BLOCK_N, LAT], SMEM)
+    p_smem = gl.allocate_shared_memory(op_t, [BLOCK_H, BLOCK_N], SMEM)
 
     i_s = gl.program_id(1)
     n_start, n_end, n_steps = _split_range(len_ptr, i_t, i_s, split_size, topk, HAS_LEN, BLOCK_N)
@@ -390,10 +418,10 @@ def sparse_mla_gluon_fp8_kernel(
         slot = i % 2
         async_copy.wait_group(0)  # this thread's copies of step i
         _barrier()  # everyone's; and both warpgroups' last PV dots, which read k0..k3, are done
-        _dequant_tile(raw0, sc0, k0)
-        _dequant_tile(raw1, sc1, k1)
-        _dequant_tile(raw2, sc2, k2)
-        _dequant_tile(raw3, sc3, k3)
+        _dequant_tile(raw0, sc0, k0, F16)
+        _dequant_tile(raw1, sc1, k1, F16)
+        _dequant_tile(raw2, sc2, k2, F16)
+        _dequant_tile(raw3, sc3, k3, F16)
         fence_async_shared()  # the operand tiles (and the rope copies, and q) for the wgmma
         _barrier()  # every thread's part dequantized: the raw buffer is free
         if i + 1 < n_steps:
@@ -414,14 +442,16 @@ def sparse_mla_gluon_fp8_kernel(
               BLOCK_H, LAT)
 
 
-def kernel_args(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, split_size, fp8):
+def kernel_args(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, split_size, fp8,
+                f16=False):
     """``(kernel, arguments)`` of a launch, less the output's pointers and strides (the
     launcher adds them for the final or the partial output). Shapes as
-    ``kernels.attention.launch_sparse_mla_fwd``; ``q_pe`` is required."""
+    ``kernels.attention.launch_sparse_mla_fwd``; ``q_pe`` is required. ``f16``: fp8_ds_mla
+    rows into fp16 operands (``TileConfig.fp8_f16``)."""
     args = dict(
         q_nope_ptr=q_nope, q_pe_ptr=q_pe, kv_ptr=kv, idx_ptr=indices,
         len_ptr=topk_length, sink_ptr=attn_sink,
-        qk_scale=float(sm_scale) * math.log2(math.e), n_rows=kv.shape[0], n_heads=q_nope.shape[1],
+        qk_scale=float(sm_scale) * math.log2(math.e) / (Q_F16_SCALE.value if f16 else 1.0), n_rows=kv.shape[0], n_heads=q_nope.shape[1],
         topk=indices.shape[1], split_size=split_size,
         stride_qn_t=q_nope.stride(0), stride_qn_h=q_nope.stride(1),
         stride_qp_t=q_pe.stride(0), stride_qp_h=q_pe.stride(1),
@@ -429,6 +459,6 @@ def kernel_args(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, spl
         HAS_LEN=topk_length is not None, HAS_SINK=attn_sink is not None,
         BLOCK_H=BLOCK_H, BLOCK_N=BLOCK_N, LAT=LAT, D_PE=D_PE, num_warps=NUM_WARPS)
     if fp8:
-        return sparse_mla_gluon_fp8_kernel, args
+        return sparse_mla_gluon_fp8_kernel, dict(args, F16=f16)
     return sparse_mla_gluon_kernel, dict(args, NS=NS)
 

@@ -165,6 +165,17 @@ def test_gluon_fp8_rows_into_fp16_operands(p, device):
     _check_gluon(p, tile, device, q_gain=1e5)
 
 
+@pytest.mark.gpu
+@_SM90_ONLY
+@pytest.mark.parametrize("p", [c for c in GLUON_CASES if c.values[0]["fmt"] != "fp8_ds_mla"])
+def test_gluon_producer_warp(p, device):
+    """The Gluon tile with ``producer_warp`` (its gathers issued by a producer warpgroup, the
+    tiles handed over through mbarriers) matches the reference, split and not."""
+    tile = dataclasses.replace(configs.pick_tile("sm90", t_count=128, h_count=64, fp8=False),
+                               producer_warp=True)
+    _check_gluon(p, tile, device)
+
+
 def test_gluon_runs_where_it_applies(device, monkeypatch):
     """The Gluon kernel is chosen only for tiles that name it, a 576-column q, bf16 with fp8
     rows, and a cache aligned for its copies; never under the interpreter, nor with
@@ -188,6 +199,8 @@ def test_gluon_runs_where_it_applies(device, monkeypatch):
     assert gluon_kernels(tile, q, kv, 64, False, interpret) is None
     with pytest.raises(ValueError, match="gluon.*64 heads x 64 rows.*got 32 x 64"):
         configs.TileConfig(32, 64, 8, 2, gluon=True)
+    with pytest.raises(ValueError, match="producer_warp.*gluon"):
+        configs.TileConfig(64, 64, 8, 2, producer_warp=True)
 
 
 def test_exchange_tile_must_own_its_sm(device):

@@ -160,11 +160,12 @@ _GLUON_PROBE = r"""
 import json, re, sys
 from triton_sparse_mla import portability
 out = {}
-for fp8, f16 in ((False, False), (True, False), (True, True)):
-    for label, kernel, types, cx, div, warps, stages in portability._gluon_variants(fp8, f16):
+for fp8, f16, producer in ((False, False, False), (True, False, False), (True, True, False),
+                           (False, False, True)):
+    for label, kernel, types, cx, div, warps, stages in portability._gluon_variants(fp8, f16, producer):
         k = portability._compile(kernel, types, cx, div, 90, warps, stages)
         ptx = k.asm["ptx"]
-        out[f"{fp8}/{f16}/{label}"] = dict(
+        out[f"{fp8}/{f16}/{producer}/{label}"] = dict(
             shared=k.metadata.shared, qk=len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n32k16", ptx)),
             pv=len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16", ptx)),
             waits=len(re.findall(r"wgmma\.wait_group", ptx)))
@@ -174,11 +175,12 @@ json.dump(out, open(sys.argv[1], "w"))
 
 def test_gluon_kernels_issue_dots_in_groups(tmp_path):
     """The Gluon kernels of sm90's 64-head tile (kernels/gluon_sm90.py), bf16 and fp8 rows
-    (the latter also into fp16 operands), final and partial outputs, compile with this Triton:
-    within sm90's shared memory, 36 QK and 16 PV wgmma per step as the Triton tile, and one
-    wait for each of the two groups instead of one per dot."""
+    (the latter also into fp16 operands; the former also with a producer warp), final and
+    partial outputs, compile with this Triton: within sm90's shared memory, 36 QK and 16 PV
+    wgmma per step as the Triton tile, and one wait for each of the two groups instead of one
+    per dot."""
     counts = _probe(_GLUON_PROBE, tmp_path)
-    assert len(counts) == 6, counts
+    assert len(counts) == 8, counts
     for variant, c in counts.items():
         assert c["shared"] <= configs.SMEM_LIMIT["sm90"], (variant, c)
         assert c["qk"] == 576 // 16 and c["pv"] == 4 * 64 // 16 and c["waits"] == 2, (variant, c)

@@ -74,11 +74,18 @@ class TileConfig:
     # unaligned cache) the Triton kernel runs the tile's other fields. Only the 64x64 tile of
     # 8 warps.
     gluon: bool = False
+    # With ``gluon``, bf16/fp16 rows: the gathers issued by a producer warp (kernels/gluon_sm90.py,
+    # sparse_mla_gluon_ws_kernel), the tiles handed over through mbarriers. Experimental:
+    # compiled only, on in no table.
+    producer_warp: bool = False
 
     def __post_init__(self):
         if self.gluon and (self.block_h, self.block_n, self.num_warps) != (64, 64, 8):
             raise ValueError(f"gluon: the Gluon kernel has one tile, 64 heads x 64 rows with 8 "
                              f"warps, got {self.block_h} x {self.block_n} with {self.num_warps}")
+        if self.producer_warp and not self.gluon:
+            raise ValueError("producer_warp: only the Gluon kernel has a producer warp; set gluon "
+                             "too")
 
     @property
     def scratch_exchange(self) -> bool:
@@ -323,7 +330,7 @@ def plan_launch(family: str, sm_count: int, fp8_cvt: int, *, t_count: int, h_cou
     # Never tile more heads than exist (beyond the 16 rows tl.dot needs).
     block_h = min(tile.block_h, max(16, triton.next_power_of_2(h_count)))
     if block_h != tile.block_h:  # (the Gluon kernel has 64 heads only)
-        tile = dataclasses.replace(tile, block_h=block_h, gluon=False)
+        tile = dataclasses.replace(tile, block_h=block_h, gluon=False, producer_warp=False)
     splits = choose_splits(t_count, triton.cdiv(h_count, block_h), topk, tile.block_n, sm_count,
                            programs_per_sm(family, tile))
     return LaunchPlan(tile=tile, splits=splits, fp8_cvt=fp8_cvt,

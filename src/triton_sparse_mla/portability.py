@@ -87,12 +87,13 @@ def _main_kernel_variants(tile: configs.TileConfig, cap: int, fp8: bool, family:
                    constexprs, divisible, tile.num_warps, tile.num_stages)
 
 
-def _gluon_variants(fp8: bool, f16: bool = False):
+def _gluon_variants(fp8: bool, f16: bool = False, producer: bool = False):
     """The Gluon kernels of a tile with ``gluon`` (kernels/gluon_sm90.py; SM90 only): final
-    and partial outputs (``f16``: fp8_ds_mla rows into fp16 operands)."""
+    and partial outputs (``f16``: fp8_ds_mla rows into fp16 operands; ``producer``: bf16 rows
+    with a producer warp)."""
     from .kernels import gluon_sm90 as g
 
-    kernel = g.sparse_mla_gluon_fp8_kernel if fp8 else g.sparse_mla_gluon_kernel
+    kernel = g.gluon_kernel(fp8, producer)
     names = _jit_fn(kernel).arg_names
     for partial in (False, True):
         types = {n: "i32" for n in names if n.startswith(("n_", "topk", "split_size", "stride_"))}
@@ -146,7 +147,8 @@ def check_all(families=None) -> list[dict]:
                 key = f"{phase}/{kind}/{tile.block_h}x{tile.block_n}"
                 jobs.extend((key, v) for v in _main_kernel_variants(tile, cap, kind == "fp8", family))
                 if tile.gluon and cap // 10 == 9 and gluon_module() is not None:
-                    jobs.extend((key, v) for v in _gluon_variants(kind == "fp8", tile.fp8_f16))
+                    jobs.extend((key, v) for v in _gluon_variants(kind == "fp8", tile.fp8_f16,
+                                                                   tile.producer_warp))
             jobs.append(("combine", _combine_variant()))
             jobs.extend(("workspace", v) for v in _workspace_variants(cap))
             for key, (label, kernel, types, constexprs, divisible, warps, stages) in jobs:

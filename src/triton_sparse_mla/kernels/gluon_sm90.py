@@ -37,7 +37,7 @@ import math
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
-from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, warpgroup_mma, warpgroup_mma_wait
 
 # The only shape: 64 heads, 64 rows per step, 8 warps (two warpgroups), latent in four
 # 128-column tiles, 64 rope columns, two ring slots.
@@ -84,24 +84,47 @@ def _row_ids(idx_ptr, n0, n_end, LAYOUT: gl.constexpr, BLOCK_N: gl.constexpr):
 def _gather(k_s0, k_s1, k_s2, k_s3, kp_s, kv_ptr, b_idx, b_idx2, n_rows, stride_kv, slot,
             GATHER: gl.constexpr, GATHER_PE: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr):
     """Issue the asynchronous copies of rows ``b_idx`` (the same ids in GATHER's and GATHER_PE's
-    row slices) into ring slot ``slot``: four latent tiles [BLOCK_N, LAT] and the rope tile
-    [BLOCK_N, D_PE]; invalid row ids (-1 past the end) are zero-filled."""
+    row slices) into ring slot ``slot`` as one group: four latent tiles [BLOCK_N, LAT] and the
+    rope tile [BLOCK_N, D_PE]."""
+    _copy_rows(k_s0, k_s1, k_s2, k_s3, kp_s, kv_ptr, b_idx, b_idx2, n_rows, stride_kv, slot, 0,
+               GATHER, GATHER_PE, LAT, D_PE)
+    async_copy.commit_group()
+
+
+@gluon.jit
+def _ring_rows(ring, slot, row0, ROWS: gl.constexpr):
+    """Rows ``row0 : row0 + ROWS`` of ring slot ``slot`` (the whole slot when ROWS is its
+    height)."""
+    view = ring.index(slot)
+    if ROWS != view.shape[0]:
+        view = view.slice(row0, ROWS)
+    return view
+
+
+@gluon.jit
+def _copy_rows(k_s0, k_s1, k_s2, k_s3, kp_s, kv_ptr, b_idx, b_idx2, n_rows, stride_kv, slot, row0,
+               GATHER: gl.constexpr, GATHER_PE: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr):
+    """The asynchronous copies of rows ``b_idx`` ([ROWS] ids) into rows ``row0 : row0 + ROWS``
+    of ring slot ``slot`` of the latent tiles ``k_s0..3`` and the rope tile ``kp_s``; invalid
+    row ids (-1 past the end) are zero-filled."""
+    ROWS: gl.constexpr = b_idx.shape[0]
     m_n = (b_idx >= 0) & (b_idx < n_rows)
     p_row = kv_ptr + b_idx.to(gl.int64) * stride_kv
     o_c = gl.arange(0, LAT, layout=gl.SliceLayout(0, GATHER))
     # (one allocation per latent tile: copies into subviews of one allocation at a dynamic
     # index each get a barrier of their own, as the compiler cannot tell them apart)
     ptrs = p_row[:, None] + o_c[None, :]
-    async_copy.async_copy_global_to_shared(k_s0.index(slot), ptrs, mask=m_n[:, None])
-    async_copy.async_copy_global_to_shared(k_s1.index(slot), ptrs + LAT, mask=m_n[:, None])
-    async_copy.async_copy_global_to_shared(k_s2.index(slot), ptrs + 2 * LAT, mask=m_n[:, None])
-    async_copy.async_copy_global_to_shared(k_s3.index(slot), ptrs + 3 * LAT, mask=m_n[:, None])
+    async_copy.async_copy_global_to_shared(_ring_rows(k_s0, slot, row0, ROWS), ptrs, mask=m_n[:, None])
+    async_copy.async_copy_global_to_shared(_ring_rows(k_s1, slot, row0, ROWS), ptrs + LAT, mask=m_n[:, None])
+    async_copy.async_copy_global_to_shared(_ring_rows(k_s2, slot, row0, ROWS), ptrs + 2 * LAT,
+                                           mask=m_n[:, None])
+    async_copy.async_copy_global_to_shared(_ring_rows(k_s3, slot, row0, ROWS), ptrs + 3 * LAT,
+                                           mask=m_n[:, None])
     m_n2 = (b_idx2 >= 0) & (b_idx2 < n_rows)
     p_row2 = kv_ptr + b_idx2.to(gl.int64) * stride_kv + 4 * LAT
     o_p = gl.arange(0, D_PE, layout=gl.SliceLayout(0, GATHER_PE))
-    async_copy.async_copy_global_to_shared(kp_s.index(slot), p_row2[:, None] + o_p[None, :],
+    async_copy.async_copy_global_to_shared(_ring_rows(kp_s, slot, row0, ROWS), p_row2[:, None] + o_p[None, :],
                                            mask=m_n2[:, None])
-    async_copy.commit_group()
 
 
 @gluon.jit
@@ -313,6 +336,115 @@ def sparse_mla_gluon_kernel(
               BLOCK_H, LAT)
 
 
+# The producer of the warp-specialized bf16 kernel: one warpgroup (setmaxnreg works per
+# warpgroup; with one warp, Triton pads it to four and the register split no longer adds up),
+# 24 registers per thread, its gathers 8 rows per copy instruction.
+PRODUCER_WARPS, PRODUCER_REGS, CHUNK = gl.constexpr(4), gl.constexpr(24), gl.constexpr(8)
+GATHER_W = gl.constexpr(gl.BlockedLayout([1, 8], [2, 16], [PRODUCER_WARPS.value, 1], [1, 0]))
+GATHER_PE_W = gl.constexpr(gl.BlockedLayout([1, 8], [4, 8], [PRODUCER_WARPS.value, 1], [1, 0]))
+
+
+@gluon.jit
+def _ws_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2, k_s3,
+                 kp_smem, ready, free, BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
+                 NS: gl.constexpr, CHUNK: gl.constexpr):
+    """One warp: for each step, once the consumers freed its ring slot, the row ids and the
+    asynchronous copies of the tile, CHUNK rows at a time (few registers), and an arrival on
+    the slot's ``ready`` barrier that lands when this thread's copies have."""
+    for i in range(n_steps):
+        slot = i % NS
+        # the slot's previous tile (step i - NS) has been read; the first NS steps pass at once
+        mbarrier.wait(free.index(slot), ((i // NS) & 1) ^ 1)
+        for c in gl.static_range(BLOCK_N // CHUNK):
+            n0 = n_start + i * BLOCK_N + c * CHUNK
+            _copy_rows(k_s0, k_s1, k_s2, k_s3, kp_smem, kv_ptr,
+                       _row_ids(p_idx, n0, n_end, gl.SliceLayout(1, GATHER_W), CHUNK),
+                       _row_ids(p_idx, n0, n_end, gl.SliceLayout(1, GATHER_PE_W), CHUNK),
+                       n_rows, stride_kv, slot, c * CHUNK, GATHER_W, GATHER_PE_W, LAT, D_PE)
+        async_copy.mbarrier_arrive(ready.index(slot), increment_count=False)
+
+
+@gluon.jit
+def _ws_consumer(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_smem, p_smem, ready, free,
+                 p_idx, n_start, n_end, n_steps, n_rows, qk_scale, BLOCK_H: gl.constexpr,
+                 BLOCK_N: gl.constexpr, LAT: gl.constexpr, NS: gl.constexpr):
+    """The 8 warps of the kernel: each step waits for its slot's rows, computes as
+    sparse_mla_gluon_kernel does, then frees the slot for the producer."""
+    b_m, b_l2, acc0, acc1, acc2, acc3 = _init_state(BLOCK_H, BLOCK_N, LAT)
+    s_zero = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=S_L)
+    for i in range(n_steps):
+        slot = i % NS
+        mbarrier.wait(ready.index(slot), (i // NS) & 1)
+        fence_async_shared()  # the copies (generic proxy) before the wgmma's reads (async proxy)
+        k0 = k_s0.index(slot)
+        k1 = k_s1.index(slot)
+        k2 = k_s2.index(slot)
+        k3 = k_s3.index(slot)
+        s = _scores(q_s0, q_s1, q_s2, q_s3, q_sp, k0, k1, k2, k3, kp_smem.index(slot), s_zero)
+        s = warpgroup_mma_wait(0, deps=[s])
+        acc0, acc1, acc2, acc3, b_m, b_l2 = _softmax_pv(
+            s, acc0, acc1, acc2, acc3, b_m, b_l2, k0, k1, k2, k3, p_smem, p_idx,
+            n_start + i * BLOCK_N, n_end, n_rows, qk_scale, BLOCK_N)
+        # every consumer warp has waited for its PV dots (which read the slot) and loaded P
+        # (which the next step overwrites): then one arrival frees the slot
+        _barrier()
+        mbarrier.arrive(free.index(slot), count=1)
+    return acc0, acc1, acc2, acc3, b_m, b_l2
+
+
+@gluon.jit(do_not_specialize=_NOT_SPECIALIZED)
+def sparse_mla_gluon_ws_kernel(
+    q_nope_ptr, q_pe_ptr, kv_ptr, idx_ptr, len_ptr, sink_ptr, out_ptr, lse_ptr,
+    qk_scale, n_rows, n_heads, topk, split_size,
+    stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h, stride_kv, stride_idx_t,
+    stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
+    HAS_LEN: gl.constexpr, HAS_SINK: gl.constexpr, PARTIAL: gl.constexpr,
+    BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
+    NS: gl.constexpr,
+):
+    """sparse_mla_gluon_kernel with its gathers in a producer warpgroup (``gl.warp_specialize``):
+    the 8 warps that compute no longer form addresses or issue copies, and wait for a tile on
+    an mbarrier instead of a barrier of all threads. Compiled for sm90 by Triton 3.6: 590
+    instructions per consumer warp and step against 743, the consumers at 240 registers
+    without spills, the producer warpgroup at 24 (three spilled values per step), 224.5 KB;
+    Triton 3.8 spills 136 bytes. Experimental (``TileConfig.producer_warp``): not yet run on a
+    GPU, on in no table."""
+    n_h_tiles = gl.cdiv(n_heads, BLOCK_H)
+    i_t = (gl.program_id(0) // n_h_tiles).to(gl.int64)
+    h0 = (gl.program_id(0) % n_h_tiles) * BLOCK_H
+    q_s0, q_s1, q_s2, q_s3, q_sp = _load_q(q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
+                                           stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, LAT, D_PE,
+                                           False)
+    dtype: gl.constexpr = kv_ptr.dtype.element_ty
+    k_s0 = gl.allocate_shared_memory(dtype, [NS, BLOCK_N, LAT], SMEM)
+    k_s1 = gl.allocate_shared_memory(dtype, [NS, BLOCK_N, LAT], SMEM)
+    k_s2 = gl.allocate_shared_memory(dtype, [NS, BLOCK_N, LAT], SMEM)
+    k_s3 = gl.allocate_shared_memory(dtype, [NS, BLOCK_N, LAT], SMEM)
+    kp_smem = gl.allocate_shared_memory(dtype, [NS, BLOCK_N, D_PE], SMEM)
+    p_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, BLOCK_N], SMEM)
+    ready = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
+    free = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
+    for j in gl.static_range(NS):
+        mbarrier.init(ready.index(j), count=32 * PRODUCER_WARPS)  # one copy-completion per thread
+        mbarrier.init(free.index(j), count=1)
+    fence_async_shared()  # q's stores and the barriers' initialisation, before the partitions
+    _barrier()
+
+    i_s = gl.program_id(1)
+    n_start, n_end, n_steps = _split_range(len_ptr, i_t, i_s, split_size, topk, HAS_LEN, BLOCK_N)
+    p_idx = idx_ptr + i_t * stride_idx_t
+    acc0, acc1, acc2, acc3, b_m, b_l2 = gl.warp_specialize(
+        [(_ws_consumer, (q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_smem, p_smem, ready,
+                         free, p_idx, n_start, n_end, n_steps, n_rows, qk_scale, BLOCK_H, BLOCK_N, LAT,
+                         NS)),
+         (_ws_producer, (kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2,
+                         k_s3, kp_smem, ready, free, BLOCK_N, LAT, D_PE, NS, CHUNK))],
+        [PRODUCER_WARPS], [PRODUCER_REGS])
+    _epilogue(acc0, acc1, acc2, acc3, b_m, b_l2, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0, n_heads,
+              stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h, HAS_SINK, PARTIAL,
+              BLOCK_H, LAT)
+
+
 @gluon.jit
 def _gather_fp8(raw0, raw1, raw2, raw3, sc0, sc1, sc2, sc3, rp_s, kv_ptr, b_idx_r, b_idx_s,
                 b_idx_p, n_rows, stride_kv, slot, LAT: gl.constexpr, D_PE: gl.constexpr):
@@ -442,16 +574,26 @@ def sparse_mla_gluon_fp8_kernel(
               BLOCK_H, LAT)
 
 
+def gluon_kernel(fp8: bool, producer: bool = False):
+    """The kernel for fp8_ds_mla rows, or for bf16/fp16 rows with or without a producer warp
+    (``TileConfig.producer_warp``; the fp8 kernel has none)."""
+    if fp8:
+        return sparse_mla_gluon_fp8_kernel
+    return sparse_mla_gluon_ws_kernel if producer else sparse_mla_gluon_kernel
+
+
 def kernel_args(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, split_size, fp8,
-                f16=False):
+                f16=False, producer=False):
     """``(kernel, arguments)`` of a launch, less the output's pointers and strides (the
     launcher adds them for the final or the partial output). Shapes as
     ``kernels.attention.launch_sparse_mla_fwd``; ``q_pe`` is required. ``f16``: fp8_ds_mla
-    rows into fp16 operands (``TileConfig.fp8_f16``)."""
+    rows into fp16 operands (``TileConfig.fp8_f16``); ``producer``: bf16/fp16 rows gathered
+    by a producer warp (``TileConfig.producer_warp``)."""
     args = dict(
         q_nope_ptr=q_nope, q_pe_ptr=q_pe, kv_ptr=kv, idx_ptr=indices,
         len_ptr=topk_length, sink_ptr=attn_sink,
-        qk_scale=float(sm_scale) * math.log2(math.e) / (Q_F16_SCALE.value if f16 else 1.0), n_rows=kv.shape[0], n_heads=q_nope.shape[1],
+        qk_scale=float(sm_scale) * math.log2(math.e) / (Q_F16_SCALE.value if f16 else 1.0),
+        n_rows=kv.shape[0], n_heads=q_nope.shape[1],
         topk=indices.shape[1], split_size=split_size,
         stride_qn_t=q_nope.stride(0), stride_qn_h=q_nope.stride(1),
         stride_qp_t=q_pe.stride(0), stride_qp_h=q_pe.stride(1),
@@ -459,6 +601,6 @@ def kernel_args(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, spl
         HAS_LEN=topk_length is not None, HAS_SINK=attn_sink is not None,
         BLOCK_H=BLOCK_H, BLOCK_N=BLOCK_N, LAT=LAT, D_PE=D_PE, num_warps=NUM_WARPS)
     if fp8:
-        return sparse_mla_gluon_fp8_kernel, dict(args, F16=f16)
-    return sparse_mla_gluon_kernel, dict(args, NS=NS)
+        return gluon_kernel(True), dict(args, F16=f16)
+    return gluon_kernel(False, producer), dict(args, NS=NS)
 

@@ -28,8 +28,13 @@ without spills (fp8_ds_mla rows: 1142 against 1414, 255). On the H200 1.18-1.41x
 the Triton tile (bf16) and 1.18-1.22x (fp8_ds_mla), decode and prefill (BENCHMARKS.md, "The
 Gluon tile").
 
+Two variants, compiled but not yet run on a GPU and on in no table: fp16 operands for
+fp8_ds_mla rows (``TileConfig.fp8_f16``: 890 instructions per step), and for bf16/fp16 rows a
+producer warpgroup that issues the gathers (``TileConfig.producer_warp``,
+:func:`sparse_mla_gluon_ws_kernel`).
+
 Import only where Gluon is available and not under the interpreter (see
-:func:`kernels.attention.gluon_launcher`).
+:func:`kernels.attention.gluon_kernels`).
 """
 
 import math
@@ -37,7 +42,8 @@ import math
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
-from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
+                                                              warpgroup_mma_wait)
 
 # The only shape: 64 heads, 64 rows per step, 8 warps (two warpgroups), latent in four
 # 128-column tiles, 64 rope columns, two ring slots.
@@ -348,9 +354,9 @@ GATHER_PE_W = gl.constexpr(gl.BlockedLayout([1, 8], [4, 8], [PRODUCER_WARPS.valu
 def _ws_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2, k_s3,
                  kp_smem, ready, free, BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
                  NS: gl.constexpr, CHUNK: gl.constexpr):
-    """One warp: for each step, once the consumers freed its ring slot, the row ids and the
-    asynchronous copies of the tile, CHUNK rows at a time (few registers), and an arrival on
-    the slot's ``ready`` barrier that lands when this thread's copies have."""
+    """The producer warps: for each step, once the consumers freed its ring slot, the row
+    ids and the asynchronous copies of the tile, CHUNK rows at a time (few registers), and an
+    arrival on the slot's ``ready`` barrier that lands when this thread's copies have."""
     for i in range(n_steps):
         slot = i % NS
         # the slot's previous tile (step i - NS) has been read; the first NS steps pass at once

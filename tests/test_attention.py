@@ -111,6 +111,8 @@ GLUON_CASES = [
     case(3, 64, 100, 300, "fp8_ds_mla", topk_length="partial", rising=True),
     case(3, 64, 100, 300, "fp16", torch.float16, topk_length="partial"),
     case(2, 64, 150, 400, rising=True, invalid_frac=0.5),
+    case(2, 64, 64, 300, topk_length="zero", sink=True),  # no step runs: zeros, lse -inf
+    case(2, 128, 100, 300, "fp8_ds_mla", invalid_frac=1.0),  # every entry invalid
 ]
 
 

@@ -5,7 +5,8 @@
 # prefill). toggle and residency-toggle time a boolean TileConfig field off and on, named by
 # $TOGGLE (e.g. TOGGLE=prefetch_idx), on the workloads of one row format if $TOGGLE_FMT is set
 # (e.g. TOGGLE_FMT=fp8_ds_mla) and of the head counts in $TOGGLE_HEADS (toggle only; e.g.
-# TOGGLE_HEADS=64,128). Logs and JSON go to $OUT.
+# TOGGLE_HEADS=64,128), with $TOGGLE_BASE set in both variants (toggle only; e.g.
+# TOGGLE_BASE=producer_warp for TOGGLE=qk_ahead). Logs and JSON go to $OUT.
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -43,7 +44,7 @@ for s in $steps; do
     latency) timeout 300 python3 benchmarks/sweep.py "$OUT/sweep-latency.json" --latency 2>&1 | tee "$OUT/sweep-latency.log" | grep LAT ;;
     warps) timeout 300 python3 benchmarks/sweep.py "$OUT/sweep-warps.json" --warps 2>&1 | tee "$OUT/sweep-warps.log" | grep WARPS ;;
     residency-warps) timeout 300 python3 benchmarks/residency.py "$OUT/residency-warps.json" --warps ${TOGGLE_FMT:+--fmt $TOGGLE_FMT} 2>&1 | tee "$OUT/residency-warps.log" | grep RES ;;
-    toggle) timeout 420 python3 benchmarks/sweep.py "$OUT/sweep-toggle.json" --toggle "$TOGGLE" ${TOGGLE_FMT:+--fmt $TOGGLE_FMT} ${TOGGLE_HEADS:+--heads $TOGGLE_HEADS} 2>&1 | tee "$OUT/sweep-toggle.log" | grep TOGGLE ;;
+    toggle) timeout 420 python3 benchmarks/sweep.py "$OUT/sweep-toggle.json" --toggle "$TOGGLE" ${TOGGLE_FMT:+--fmt $TOGGLE_FMT} ${TOGGLE_HEADS:+--heads $TOGGLE_HEADS} ${TOGGLE_BASE:+--base $TOGGLE_BASE} 2>&1 | tee "$OUT/sweep-toggle.log" | grep TOGGLE ;;
     fp8sweep) timeout 330 python3 benchmarks/sweep.py "$OUT/sweep-fp8.json" --fp8 2>&1 | tee "$OUT/sweep-fp8.log" | grep FP8 ;;
     bench) timeout 420 python3 -m triton_sparse_mla.cli bench --phase decode --json "$OUT/bench-decode.json" 2> "$OUT/bench-decode.err" | tee "$OUT/bench-decode.log" ;;
     prefill) timeout 420 python3 -m triton_sparse_mla.cli bench --phase prefill --preset all --json "$OUT/bench-prefill.json" 2> "$OUT/bench-prefill.err" | tee "$OUT/bench-prefill.log" ;;

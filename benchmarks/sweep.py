@@ -3,7 +3,7 @@
 Prints per workload every candidate's median time (CUDA-graph replay) and the compiled
 kernel's registers, spills and shared memory; writes JSON. The winners go into configs.py
 with a note of the run. Usage: python benchmarks/sweep.py OUT.json
-[--fp8 | --splits | --splits-len | --exchange | --apart | --wide | --latency | --warps | --toggle FIELD [--fmt FMT] [--heads H,H]]
+[--fp8 | --splits | --splits-len | --exchange | --apart | --wide | --latency | --warps | --toggle FIELD [--fmt FMT] [--heads H,H] [--base FIELD]]
 (--fp8: fp8 conversion variants, pinned or not; --splits: the shipped plan under several
 split rules; --splits-len: the same with random lengths, up to 8 waves; --exchange: 64-head tiles with and without the probabilities through scratch, and
 the latency tiles for 64+ heads; --apart: the exchange tile against scores_apart tiles; --wide: 16-warp exchange tiles; --latency: where the latency phase should end;
@@ -122,7 +122,8 @@ def main(path):
         return main_toggle(path, sys.argv[sys.argv.index("--toggle") + 1],
                            sys.argv[sys.argv.index("--fmt") + 1] if "--fmt" in sys.argv else None,
                            [int(h) for h in sys.argv[sys.argv.index("--heads") + 1].split(",")]
-                           if "--heads" in sys.argv else None)
+                           if "--heads" in sys.argv else None,
+                           sys.argv[sys.argv.index("--base") + 1] if "--base" in sys.argv else None)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     caches = Caches()
     records = []
@@ -322,11 +323,12 @@ TOGGLE_WORKLOADS = [
 ]
 
 
-def main_toggle(path, field, fmt=None, heads=None):
+def main_toggle(path, field, fmt=None, heads=None, base=None):
     """Each workload's shipped sm90 tile with the boolean ``TileConfig`` field off and on,
     alternating, twice each; every output is compared with the first variant's. ``fmt``: only
     the workloads of that row format (``fp8_f16`` changes nothing on bf16 rows); ``heads``:
-    only those head counts."""
+    only those head counts; ``base``: another boolean field set in both variants (one that
+    ``field`` needs, e.g. ``producer_warp`` for ``qk_ahead``)."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     caches = Caches()
     records = []
@@ -336,6 +338,8 @@ def main_toggle(path, field, fmt=None, heads=None):
         inputs = make_inputs(w, caches)
         fp8 = w.fmt == "fp8_ds_mla"
         tile = configs.plan_launch("sm90", sms, 1, t_count=w.t, h_count=w.h, topk=2048, fp8=fp8).tile
+        if base:
+            tile = dataclasses.replace(tile, **{base: True})
         first = []
         for on in (False, True, False, True):
             t = dataclasses.replace(tile, **{field: on})

@@ -160,12 +160,13 @@ _GLUON_PROBE = r"""
 import json, re, sys
 from triton_sparse_mla import portability
 out = {}
-for fp8, f16, producer in ((False, False, False), (True, False, False), (True, True, False),
-                           (False, False, True)):
-    for label, kernel, types, cx, div, warps, stages in portability._gluon_variants(fp8, f16, producer):
+for fp8, f16, producer, ahead in ((False, False, False, False), (True, False, False, False),
+                                  (True, True, False, False), (False, False, True, False),
+                                  (False, False, True, True)):
+    for label, kernel, types, cx, div, warps, stages in portability._gluon_variants(fp8, f16, producer, ahead):
         k = portability._compile(kernel, types, cx, div, 90, warps, stages)
         ptx = k.asm["ptx"]
-        out[f"{fp8}/{f16}/{producer}/{label}"] = dict(
+        out[f"{fp8}/{f16}/{producer}/{ahead}/{label}"] = dict(
             shared=k.metadata.shared, qk=len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n32k16", ptx)),
             pv=len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16", ptx)),
             waits=len(re.findall(r"wgmma\.wait_group", ptx)))
@@ -175,15 +176,19 @@ json.dump(out, open(sys.argv[1], "w"))
 
 def test_gluon_kernels_issue_dots_in_groups(tmp_path):
     """The Gluon kernels of sm90's 64-head tile (kernels/gluon_sm90.py), bf16 and fp8 rows
-    (the latter also into fp16 operands; the former also with a producer warp), final and
-    partial outputs, compile with this Triton: within sm90's shared memory, 36 QK and 16 PV
-    wgmma per step as the Triton tile, and one wait for each of the two groups instead of one
-    per dot."""
+    (the latter also into fp16 operands; the former also with a producer warpgroup, with and
+    without its next score dots issued ahead), final and partial outputs, compile with this
+    Triton: within sm90's shared memory, 36 QK and 16 PV wgmma per step as the Triton tile,
+    and one wait for each of the two groups instead of one per dot (with the score dots ahead,
+    the first tile's dots and their wait before the loop, and in it one wait for the PV dots
+    and the next score dots, plus an empty one after it)."""
     counts = _probe(_GLUON_PROBE, tmp_path)
-    assert len(counts) == 8, counts
+    assert len(counts) == 10, counts
     for variant, c in counts.items():
+        ahead = variant.split("/")[3] == "True"
         assert c["shared"] <= configs.SMEM_LIMIT["sm90"], (variant, c)
-        assert c["qk"] == 576 // 16 and c["pv"] == 4 * 64 // 16 and c["waits"] == 2, (variant, c)
+        assert c["qk"] == 576 // 16 * (2 if ahead else 1), (variant, c)
+        assert c["pv"] == 4 * 64 // 16 and c["waits"] == (3 if ahead else 2), (variant, c)
 
 
 _Q_SCALE_PROBE = r"""

@@ -78,6 +78,9 @@ class TileConfig:
     # sparse_mla_gluon_ws_kernel), the tiles handed over through mbarriers. Experimental:
     # compiled only, on in no table.
     producer_warp: bool = False
+    # With ``producer_warp``: the next tile's score dots issued during this tile's softmax
+    # (a second score tile in registers). Experimental: compiled only, on in no table.
+    qk_ahead: bool = False
 
     def __post_init__(self):
         if self.gluon and (self.block_h, self.block_n, self.num_warps) != (64, 64, 8):
@@ -86,6 +89,9 @@ class TileConfig:
         if self.producer_warp and not self.gluon:
             raise ValueError("producer_warp: only the Gluon kernel has a producer warp; set gluon "
                              "too")
+        if self.qk_ahead and not self.producer_warp:
+            raise ValueError("qk_ahead: only the producer-warp Gluon kernel issues its score dots "
+                             "ahead; set producer_warp too")
 
     @property
     def scratch_exchange(self) -> bool:
@@ -330,7 +336,8 @@ def plan_launch(family: str, sm_count: int, fp8_cvt: int, *, t_count: int, h_cou
     # Never tile more heads than exist (beyond the 16 rows tl.dot needs).
     block_h = min(tile.block_h, max(16, triton.next_power_of_2(h_count)))
     if block_h != tile.block_h:  # (the Gluon kernel has 64 heads only)
-        tile = dataclasses.replace(tile, block_h=block_h, gluon=False, producer_warp=False)
+        tile = dataclasses.replace(tile, block_h=block_h, gluon=False, producer_warp=False,
+                                   qk_ahead=False)
     splits = choose_splits(t_count, triton.cdiv(h_count, block_h), topk, tile.block_n, sm_count,
                            programs_per_sm(family, tile))
     return LaunchPlan(tile=tile, splits=splits, fp8_cvt=fp8_cvt,

@@ -87,10 +87,10 @@ def _main_kernel_variants(tile: configs.TileConfig, cap: int, fp8: bool, family:
                    constexprs, divisible, tile.num_warps, tile.num_stages)
 
 
-def _gluon_variants(fp8: bool, f16: bool = False, producer: bool = False):
+def _gluon_variants(fp8: bool, f16: bool = False, producer: bool = False, qk_ahead: bool = False):
     """The Gluon kernels of a tile with ``gluon`` (kernels/gluon_sm90.py; SM90 only): final
     and partial outputs (``f16``: fp8_ds_mla rows into fp16 operands; ``producer``: bf16 rows
-    with a producer warp)."""
+    with a producer warpgroup, ``qk_ahead`` its next score dots during the softmax)."""
     from .kernels import gluon_sm90 as g
 
     kernel = g.gluon_kernel(fp8, producer)
@@ -101,7 +101,8 @@ def _gluon_variants(fp8: bool, f16: bool = False, producer: bool = False):
                      idx_ptr="*i32", len_ptr="*i32", sink_ptr="*fp32",
                      out_ptr="*fp32" if partial else "*bf16", lse_ptr="*fp32", qk_scale="fp32")
         constexprs = dict(HAS_LEN=True, HAS_SINK=True, PARTIAL=partial, BLOCK_H=g.BLOCK_H,
-                          BLOCK_N=g.BLOCK_N, LAT=g.LAT, D_PE=g.D_PE, **(dict(F16=f16) if fp8 else dict(NS=g.NS)))
+                          BLOCK_N=g.BLOCK_N, LAT=g.LAT, D_PE=g.D_PE, **(dict(F16=f16) if fp8 else dict(NS=g.NS)),
+                          **(dict(QK_AHEAD=qk_ahead) if producer and not fp8 else {}))
         divisible = {n for n in types if n.endswith("_ptr") or n.startswith("stride_")}
         yield (f"gluon partial={int(partial)}", kernel, types, constexprs, divisible, g.NUM_WARPS, 1)
 
@@ -148,7 +149,7 @@ def check_all(families=None) -> list[dict]:
                 jobs.extend((key, v) for v in _main_kernel_variants(tile, cap, kind == "fp8", family))
                 if tile.gluon and cap // 10 == 9 and gluon_module() is not None:
                     jobs.extend((key, v) for v in _gluon_variants(kind == "fp8", tile.fp8_f16,
-                                                                   tile.producer_warp))
+                                                                   tile.producer_warp, tile.qk_ahead))
             jobs.append(("combine", _combine_variant()))
             jobs.extend(("workspace", v) for v in _workspace_variants(cap))
             for key, (label, kernel, types, constexprs, divisible, warps, stages) in jobs:

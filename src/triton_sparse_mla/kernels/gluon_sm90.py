@@ -28,10 +28,11 @@ without spills (fp8_ds_mla rows: 1142 against 1414, 255). On the H200 1.18-1.41x
 the Triton tile (bf16) and 1.18-1.22x (fp8_ds_mla), decode and prefill (BENCHMARKS.md, "The
 Gluon tile").
 
-Two variants, compiled but not yet run on a GPU and on in no table: fp16 operands for
-fp8_ds_mla rows (``TileConfig.fp8_f16``: 890 instructions per step), and for bf16/fp16 rows a
-producer warpgroup that issues the gathers (``TileConfig.producer_warp``,
-:func:`sparse_mla_gluon_ws_kernel`).
+Variants compiled but not yet run on a GPU, on in no table: fp16 operands for fp8_ds_mla
+rows (``TileConfig.fp8_f16``: 890 instructions per step), and for bf16/fp16 rows a producer
+warpgroup that issues the gathers (``TileConfig.producer_warp``,
+:func:`sparse_mla_gluon_ws_kernel`), optionally with the next tile's score dots issued during
+this tile's softmax (``TileConfig.qk_ahead``).
 
 Import only where Gluon is available and not under the interpreter (see
 :func:`kernels.attention.gluon_kernels`).
@@ -211,19 +212,35 @@ def _softmax_pv(s, acc0, acc1, acc2, acc3, b_m, b_l2, k0, k1, k2, k3, p_smem, p_
     """After a step's scores ``s`` [BLOCK_H, BLOCK_N] (S_L): the online softmax over entries
     ``idx[n0:n0 + BLOCK_N]`` and the PV dots over the four latent tiles ``k0..k3`` (shared
     memory, [BLOCK_N, LAT]); returns the accumulators, running max and denominator."""
+    s, acc0, acc1, acc2, acc3, b_m, b_l2 = _rescale(s, acc0, acc1, acc2, acc3, b_m, b_l2, p_idx, n0,
+                                                    n_end, n_rows, qk_scale, BLOCK_N)
+    return _probs_pv(s, acc0, acc1, acc2, acc3, b_m, b_l2, k0, k1, k2, k3, p_smem)
+
+
+@gluon.jit
+def _rescale(s, acc0, acc1, acc2, acc3, b_m, b_l2, p_idx, n0, n_end, n_rows, qk_scale,
+             BLOCK_N: gl.constexpr):
+    """The softmax's first half: scores masked and scaled, the running max moved, the
+    denominator and every accumulator rescaled (before any PV dot is issued: module
+    docstring, C7515). Returns the scaled scores and the state."""
     b_idx = _row_ids(p_idx, n0, n_end, gl.SliceLayout(0, S_L), BLOCK_N)
     m_n = (b_idx >= 0) & (b_idx < n_rows)
     s = gl.where(m_n[None, :], s * qk_scale, float("-inf"))
     b_m_new = gl.maximum(b_m, gl.max(s, axis=1))
     alpha = gl.exp2(b_m - b_m_new)
     b_l2 = b_l2 * alpha[:, None]
-    # Every accumulator rescaled before the first PV dot is issued (module docstring: C7515).
     a_o = gl.convert_layout(alpha, gl.SliceLayout(1, O_L))[:, None]
     acc0 = acc0 * a_o
     acc1 = acc1 * a_o
     acc2 = acc2 * a_o
     acc3 = acc3 * a_o
-    b_m = b_m_new
+    return s, acc0, acc1, acc2, acc3, b_m_new, b_l2
+
+
+@gluon.jit
+def _probs_pv(s, acc0, acc1, acc2, acc3, b_m, b_l2, k0, k1, k2, k3, p_smem):
+    """The softmax's second half and the PV dots: probabilities from the scaled scores, the
+    denominator, P through shared memory into registers, the four PV dots, and their wait."""
     p = gl.exp2(s - b_m[:, None])
     b_l2 = b_l2 + p
     p_smem.store(p.to(p_smem.dtype))
@@ -233,8 +250,9 @@ def _softmax_pv(s, acc0, acc1, acc2, acc3, b_m, b_l2, k0, k1, k2, k3, p_smem, p_
     acc1 = warpgroup_mma(p_op, k1, acc1, is_async=True)
     acc2 = warpgroup_mma(p_op, k2, acc2, is_async=True)
     acc3 = warpgroup_mma(p_op, k3, acc3, is_async=True)
-    # One wait for the four PV dots, inside the step: a wgmma still in flight while the
-    # next step defines its score accumulator would make ptxas serialize every wgmma.
+    # One wait for the four PV dots (and, with QK_AHEAD, the next tile's QK dots issued
+    # before them), inside the step: a wgmma still in flight while the next step defines its
+    # score accumulator would make ptxas serialize every wgmma.
     acc0, acc1, acc2, acc3 = warpgroup_mma_wait(0, deps=[acc0, acc1, acc2, acc3])
     return acc0, acc1, acc2, acc3, b_m, b_l2
 
@@ -373,29 +391,57 @@ def _ws_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0
 @gluon.jit
 def _ws_consumer(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_smem, p_smem, ready, free,
                  p_idx, n_start, n_end, n_steps, n_rows, qk_scale, BLOCK_H: gl.constexpr,
-                 BLOCK_N: gl.constexpr, LAT: gl.constexpr, NS: gl.constexpr):
+                 BLOCK_N: gl.constexpr, LAT: gl.constexpr, NS: gl.constexpr, QK_AHEAD: gl.constexpr):
     """The 8 warps of the kernel: each step waits for its slot's rows, computes as
-    sparse_mla_gluon_kernel does, then frees the slot for the producer."""
+    sparse_mla_gluon_kernel does, then frees the slot for the producer. With QK_AHEAD the next
+    tile's score dots are issued once this tile's max and rescaling are done, so they run
+    during its probabilities, the P round trip and the PV issue (a second score tile in
+    registers)."""
     b_m, b_l2, acc0, acc1, acc2, acc3 = _init_state(BLOCK_H, BLOCK_N, LAT)
     s_zero = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=S_L)
+    if QK_AHEAD:
+        # (issued even with no step to run, over whatever the slot holds, and never read: the
+        # wait is skipped then, as is the last step's issue below)
+        s_next = _ws_scores(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_smem, ready, 0,
+                            n_steps > 0, s_zero, NS)
+        s_next = warpgroup_mma_wait(0, deps=[s_next])
     for i in range(n_steps):
         slot = i % NS
-        mbarrier.wait(ready.index(slot), (i // NS) & 1)
-        fence_async_shared()  # the copies (generic proxy) before the wgmma's reads (async proxy)
-        k0 = k_s0.index(slot)
-        k1 = k_s1.index(slot)
-        k2 = k_s2.index(slot)
-        k3 = k_s3.index(slot)
-        s = _scores(q_s0, q_s1, q_s2, q_s3, q_sp, k0, k1, k2, k3, kp_smem.index(slot), s_zero)
-        s = warpgroup_mma_wait(0, deps=[s])
-        acc0, acc1, acc2, acc3, b_m, b_l2 = _softmax_pv(
-            s, acc0, acc1, acc2, acc3, b_m, b_l2, k0, k1, k2, k3, p_smem, p_idx,
-            n_start + i * BLOCK_N, n_end, n_rows, qk_scale, BLOCK_N)
+        if QK_AHEAD:
+            s = s_next
+        else:
+            s = _ws_scores(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_smem, ready, i,
+                           True, s_zero, NS)
+            s = warpgroup_mma_wait(0, deps=[s])
+        s, acc0, acc1, acc2, acc3, b_m, b_l2 = _rescale(s, acc0, acc1, acc2, acc3, b_m, b_l2, p_idx,
+                                                        n_start + i * BLOCK_N, n_end, n_rows, qk_scale,
+                                                        BLOCK_N)
+        if QK_AHEAD:
+            # the next tile's score dots (at the last step over the slot's old rows, unread)
+            s_next = _ws_scores(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_smem, ready,
+                                i + 1, i + 1 < n_steps, s_zero, NS)
+        acc0, acc1, acc2, acc3, b_m, b_l2 = _probs_pv(s, acc0, acc1, acc2, acc3, b_m, b_l2,
+                                                      k_s0.index(slot), k_s1.index(slot),
+                                                      k_s2.index(slot), k_s3.index(slot), p_smem)
+        if QK_AHEAD:
+            s_next = warpgroup_mma_wait(0, deps=[s_next])  # (done: waited with the PV dots)
         # every consumer warp has waited for its PV dots (which read the slot) and loaded P
         # (which the next step overwrites): then one arrival frees the slot
         _barrier()
         mbarrier.arrive(free.index(slot), count=1)
     return acc0, acc1, acc2, acc3, b_m, b_l2
+
+
+@gluon.jit
+def _ws_scores(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_smem, ready, i, landed,
+               s_zero, NS: gl.constexpr):
+    """Step ``i``'s score dots, issued once its slot's rows have landed (waited for only if
+    ``landed``)."""
+    slot = i % NS
+    mbarrier.wait(ready.index(slot), (i // NS) & 1, pred=landed)
+    fence_async_shared()  # the copies (generic proxy) before the wgmma's reads (async proxy)
+    return _scores(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0.index(slot), k_s1.index(slot), k_s2.index(slot),
+                   k_s3.index(slot), kp_smem.index(slot), s_zero)
 
 
 @gluon.jit(do_not_specialize=_NOT_SPECIALIZED)
@@ -406,15 +452,18 @@ def sparse_mla_gluon_ws_kernel(
     stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
     HAS_LEN: gl.constexpr, HAS_SINK: gl.constexpr, PARTIAL: gl.constexpr,
     BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
-    NS: gl.constexpr,
+    NS: gl.constexpr, QK_AHEAD: gl.constexpr,
 ):
     """sparse_mla_gluon_kernel with its gathers in a producer warpgroup (``gl.warp_specialize``):
     the 8 warps that compute no longer form addresses or issue copies, and wait for a tile on
     an mbarrier instead of a barrier of all threads. Compiled for sm90 by Triton 3.6: 590
     instructions per consumer warp and step against 743, the consumers at 240 registers
     without spills, the producer warpgroup at 24 (three spilled values per step), 224.5 KB;
-    Triton 3.8 spills 136 bytes. Experimental (``TileConfig.producer_warp``): not yet run on a
-    GPU, on in no table."""
+    Triton 3.8 spills 136 bytes. With QK_AHEAD (``TileConfig.qk_ahead``) the consumers issue
+    the next tile's score dots during this tile's softmax: ptxas interleaves them with the
+    exponentials, the consumers still do not spill, and ptxas reports no serialization
+    (C7515). Experimental (``TileConfig.producer_warp``): not yet run on a GPU, on in no
+    table."""
     n_h_tiles = gl.cdiv(n_heads, BLOCK_H)
     i_t = (gl.program_id(0) // n_h_tiles).to(gl.int64)
     h0 = (gl.program_id(0) % n_h_tiles) * BLOCK_H
@@ -442,7 +491,7 @@ def sparse_mla_gluon_ws_kernel(
     acc0, acc1, acc2, acc3, b_m, b_l2 = gl.warp_specialize(
         [(_ws_consumer, (q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_smem, p_smem, ready,
                          free, p_idx, n_start, n_end, n_steps, n_rows, qk_scale, BLOCK_H, BLOCK_N, LAT,
-                         NS)),
+                         NS, QK_AHEAD)),
          (_ws_producer, (kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2,
                          k_s3, kp_smem, ready, free, BLOCK_N, LAT, D_PE, NS, CHUNK))],
         [PRODUCER_WARPS], [PRODUCER_REGS])
@@ -589,12 +638,13 @@ def gluon_kernel(fp8: bool, producer: bool = False):
 
 
 def kernel_args(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, split_size, fp8,
-                f16=False, producer=False):
+                f16=False, producer=False, qk_ahead=False):
     """``(kernel, arguments)`` of a launch, less the output's pointers and strides (the
     launcher adds them for the final or the partial output). Shapes as
     ``kernels.attention.launch_sparse_mla_fwd``; ``q_pe`` is required. ``f16``: fp8_ds_mla
     rows into fp16 operands (``TileConfig.fp8_f16``); ``producer``: bf16/fp16 rows gathered
-    by a producer warp (``TileConfig.producer_warp``)."""
+    by a producer warpgroup (``TileConfig.producer_warp``), with ``qk_ahead`` the next tile's
+    score dots issued during this tile's softmax (``TileConfig.qk_ahead``)."""
     args = dict(
         q_nope_ptr=q_nope, q_pe_ptr=q_pe, kv_ptr=kv, idx_ptr=indices,
         len_ptr=topk_length, sink_ptr=attn_sink,
@@ -608,5 +658,7 @@ def kernel_args(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, spl
         BLOCK_H=BLOCK_H, BLOCK_N=BLOCK_N, LAT=LAT, D_PE=D_PE, num_warps=NUM_WARPS)
     if fp8:
         return gluon_kernel(True), dict(args, F16=f16)
-    return gluon_kernel(False, producer), dict(args, NS=NS)
+    if producer:
+        return gluon_kernel(False, True), dict(args, NS=NS, QK_AHEAD=qk_ahead)
+    return gluon_kernel(False), dict(args, NS=NS)
 

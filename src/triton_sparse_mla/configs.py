@@ -74,9 +74,9 @@ class TileConfig:
     # unaligned cache) the Triton kernel runs the tile's other fields. Only the 64x64 tile of
     # 8 warps.
     gluon: bool = False
-    # With ``gluon``, bf16/fp16 rows: the gathers issued by a producer warp (kernels/gluon_sm90.py,
-    # sparse_mla_gluon_ws_kernel), the tiles handed over through mbarriers. Experimental:
-    # compiled only, on in no table.
+    # With ``gluon``, bf16/fp16 rows: the gathers issued by a producer warpgroup
+    # (kernels/gluon_sm90.py, sparse_mla_gluon_ws_kernel), the tiles handed over through
+    # mbarriers; fp8_ds_mla rows ignore it. Experimental: compiled only, on in no table.
     producer_warp: bool = False
     # With ``producer_warp``: the next tile's score dots issued during this tile's softmax
     # (a second score tile in registers). Experimental: compiled only, on in no table.

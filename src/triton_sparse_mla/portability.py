@@ -101,8 +101,13 @@ def _gluon_variants(fp8: bool, f16: bool = False, producer: bool = False, qk_ahe
                      idx_ptr="*i32", len_ptr="*i32", sink_ptr="*fp32",
                      out_ptr="*fp32" if partial else "*bf16", lse_ptr="*fp32", qk_scale="fp32")
         constexprs = dict(HAS_LEN=True, HAS_SINK=True, PARTIAL=partial, BLOCK_H=g.BLOCK_H,
-                          BLOCK_N=g.BLOCK_N, LAT=g.LAT, D_PE=g.D_PE, **(dict(F16=f16) if fp8 else dict(NS=g.NS)),
-                          **(dict(QK_AHEAD=qk_ahead) if producer and not fp8 else {}))
+                          BLOCK_N=g.BLOCK_N, LAT=g.LAT, D_PE=g.D_PE)
+        if fp8:
+            constexprs["F16"] = f16
+        else:
+            constexprs["NS"] = g.NS
+            if producer:
+                constexprs["QK_AHEAD"] = qk_ahead
         divisible = {n for n in types if n.endswith("_ptr") or n.startswith("stride_")}
         yield (f"gluon partial={int(partial)}", kernel, types, constexprs, divisible, g.NUM_WARPS, 1)
 

@@ -172,6 +172,28 @@ def _load_q(q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t, stride_qn_h, st
 
 
 @gluon.jit
+def _tile_origin(n_heads, BLOCK_H: gl.constexpr):
+    """``(i_t, h0)``: this program's token and first head (head tiles fastest, as
+    kernels/attention.py orders them)."""
+    n_h_tiles = gl.cdiv(n_heads, BLOCK_H)
+    return (gl.program_id(0) // n_h_tiles).to(gl.int64), (gl.program_id(0) % n_h_tiles) * BLOCK_H
+
+
+@gluon.jit
+def _rows_ring(dtype: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, LAT: gl.constexpr,
+               D_PE: gl.constexpr, NS: gl.constexpr):
+    """The shared memory of the bf16/fp16 kernels: an NS-slot ring of gathered rows (four
+    latent tiles and the rope tile) and the probabilities tile."""
+    k_s0 = gl.allocate_shared_memory(dtype, [NS, BLOCK_N, LAT], SMEM)
+    k_s1 = gl.allocate_shared_memory(dtype, [NS, BLOCK_N, LAT], SMEM)
+    k_s2 = gl.allocate_shared_memory(dtype, [NS, BLOCK_N, LAT], SMEM)
+    k_s3 = gl.allocate_shared_memory(dtype, [NS, BLOCK_N, LAT], SMEM)
+    kp_smem = gl.allocate_shared_memory(dtype, [NS, BLOCK_N, D_PE], SMEM)
+    p_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, BLOCK_N], SMEM)
+    return k_s0, k_s1, k_s2, k_s3, kp_smem, p_smem
+
+
+@gluon.jit
 def _split_range(len_ptr, i_t, i_s, split_size, topk, HAS_LEN: gl.constexpr, BLOCK_N: gl.constexpr):
     """``(n_start, n_end, steps)``: this program's entries of the top-k list."""
     n_start = i_s * split_size
@@ -302,19 +324,12 @@ def sparse_mla_gluon_kernel(
     """One program: one token x BLOCK_H heads x one split of its top-k, over rows of q's
     dtype (bf16 or fp16): the final output, lse (natural log) and sink, or with PARTIAL the
     normalised fp32 partial output and its base-2 lse for the combine kernel."""
-    n_h_tiles = gl.cdiv(n_heads, BLOCK_H)
-    i_t = (gl.program_id(0) // n_h_tiles).to(gl.int64)
-    h0 = (gl.program_id(0) % n_h_tiles) * BLOCK_H
+    i_t, h0 = _tile_origin(n_heads, BLOCK_H)
     q_s0, q_s1, q_s2, q_s3, q_sp = _load_q(q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
                                            stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, LAT, D_PE,
                                            False)
-    dtype: gl.constexpr = kv_ptr.dtype.element_ty
-    k_s0 = gl.allocate_shared_memory(dtype, [NS, BLOCK_N, LAT], SMEM)
-    k_s1 = gl.allocate_shared_memory(dtype, [NS, BLOCK_N, LAT], SMEM)
-    k_s2 = gl.allocate_shared_memory(dtype, [NS, BLOCK_N, LAT], SMEM)
-    k_s3 = gl.allocate_shared_memory(dtype, [NS, BLOCK_N, LAT], SMEM)
-    kp_smem = gl.allocate_shared_memory(dtype, [NS, BLOCK_N, D_PE], SMEM)
-    p_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, BLOCK_N], SMEM)
+    k_s0, k_s1, k_s2, k_s3, kp_smem, p_smem = _rows_ring(kv_ptr.dtype.element_ty, BLOCK_H, BLOCK_N,
+                                                         LAT, D_PE, NS)
 
     i_s = gl.program_id(1)
     n_start, n_end, n_steps = _split_range(len_ptr, i_t, i_s, split_size, topk, HAS_LEN, BLOCK_N)
@@ -464,19 +479,12 @@ def sparse_mla_gluon_ws_kernel(
     exponentials, the consumers still do not spill, and ptxas reports no serialization
     (C7515). Experimental (``TileConfig.producer_warp``): not yet run on a GPU, on in no
     table."""
-    n_h_tiles = gl.cdiv(n_heads, BLOCK_H)
-    i_t = (gl.program_id(0) // n_h_tiles).to(gl.int64)
-    h0 = (gl.program_id(0) % n_h_tiles) * BLOCK_H
+    i_t, h0 = _tile_origin(n_heads, BLOCK_H)
     q_s0, q_s1, q_s2, q_s3, q_sp = _load_q(q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
                                            stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, LAT, D_PE,
                                            False)
-    dtype: gl.constexpr = kv_ptr.dtype.element_ty
-    k_s0 = gl.allocate_shared_memory(dtype, [NS, BLOCK_N, LAT], SMEM)
-    k_s1 = gl.allocate_shared_memory(dtype, [NS, BLOCK_N, LAT], SMEM)
-    k_s2 = gl.allocate_shared_memory(dtype, [NS, BLOCK_N, LAT], SMEM)
-    k_s3 = gl.allocate_shared_memory(dtype, [NS, BLOCK_N, LAT], SMEM)
-    kp_smem = gl.allocate_shared_memory(dtype, [NS, BLOCK_N, D_PE], SMEM)
-    p_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, BLOCK_N], SMEM)
+    k_s0, k_s1, k_s2, k_s3, kp_smem, p_smem = _rows_ring(kv_ptr.dtype.element_ty, BLOCK_H, BLOCK_N,
+                                                         LAT, D_PE, NS)
     ready = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
     free = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
     for j in gl.static_range(NS):
@@ -564,9 +572,7 @@ def sparse_mla_gluon_fp8_kernel(
     is free once dequantized, so the next tile's copies are issued right after, and run during
     this step's dots and softmax. The rope columns go straight to a 2-slot ring (they are an
     operand as stored). Shared memory: q 72 KB + 33 + 16 + 64 + P 8 = 193 KB."""
-    n_h_tiles = gl.cdiv(n_heads, BLOCK_H)
-    i_t = (gl.program_id(0) // n_h_tiles).to(gl.int64)
-    h0 = (gl.program_id(0) % n_h_tiles) * BLOCK_H
+    i_t, h0 = _tile_origin(n_heads, BLOCK_H)
     q_s0, q_s1, q_s2, q_s3, q_sp = _load_q(q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
                                            stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, LAT, D_PE,
                                            F16)

@@ -194,6 +194,7 @@ def test_gluon_kernels_issue_dots_in_groups(tmp_path):
 _Q_SCALE_PROBE = r"""
 import json, re, sys
 from triton_sparse_mla import configs, portability
+SCALED = r"mul(?:\.rn)?\.f32\s+%r\d+, %r\d+, 0f3B800000;"
 out = {}
 for cap, family in ((90, "sm90"), (120, "sm86")):
     tile = configs.TileConfig(16, 32, 4, 2, fp8_f16=True)
@@ -201,7 +202,11 @@ for cap, family in ((90, "sm90"), (120, "sm86")):
         v for v in portability._main_kernel_variants(tile, cap, True, family) if "partial=0" in v[0])
     ptx = portability._compile(kernel, types, cx, div, cap, warps, stages).asm["ptx"]
     out[f"sm{cap}"] = dict(q_scale=cx["Q_SCALE"],
-                           f32_scaled=len(re.findall(r"mul(?:\.rn)?\.f32\s+%r\d+, %r\d+, 0f3B800000;", ptx)))
+                           f32_scaled=len(re.findall(SCALED, ptx)))
+label, kernel, types, cx, div, warps, stages = next(iter(portability._gluon_variants(True, f16=True)))
+ptx = portability._compile(kernel, types, cx, div, 90, warps, stages).asm["ptx"]
+from triton_sparse_mla.kernels import gluon_sm90
+out["gluon"] = dict(q_scale=gluon_sm90.Q_F16_SCALE.value, f32_scaled=len(re.findall(SCALED, ptx)))
 json.dump(out, open(sys.argv[1], "w"))
 """
 
@@ -210,9 +215,13 @@ def test_bf16_query_scaled_before_fp16(tmp_path):
     """With ``fp8_f16`` a bf16 q reaches fp16 scaled by 2^-8, so that fp16 holds it. The
     multiply must come before the rounding to fp16: left to itself, Triton's compiler swaps
     the two (rounds to fp16, then multiplies in fp16), and a q entry past 65504 became inf,
-    every output NaN (seen on the H200). Checked in the PTX: each of a thread's q values
-    (16 heads x 576 columns over 128 threads) is multiplied by 2^-8 in fp32."""
+    every output NaN (seen on the H200, in the Triton tiles and then in the Gluon one).
+    Checked in the PTX: each of a thread's q values is multiplied by 2^-8 in fp32 (the Triton
+    16-head tile: 16 heads x 576 columns over 128 threads; the Gluon 64-head tile, whose rope
+    stays bf16: 64 heads x 512 columns over 256 threads)."""
     counts = _probe(_Q_SCALE_PROBE, tmp_path)
     for cap in ("sm90", "sm120"):
         assert counts[cap]["q_scale"] == 2.0 ** -8, counts
         assert counts[cap]["f32_scaled"] == 16 * 576 // 128, counts
+    assert counts["gluon"]["q_scale"] == 2.0 ** -8, counts
+    assert counts["gluon"]["f32_scaled"] == 64 * 512 // 256, counts

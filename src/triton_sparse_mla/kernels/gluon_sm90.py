@@ -141,7 +141,12 @@ def _q_tile(p_q, m_h, LAYOUT: gl.constexpr, WIDTH: gl.constexpr, TO_F16: gl.cons
     o_c = gl.arange(0, WIDTH, layout=gl.SliceLayout(0, LAYOUT))
     b_q = gl.load(p_q[:, None] + o_c[None, :], mask=m_h[:, None], other=0.0)
     if TO_F16:
-        b_q = (b_q.to(gl.float32) * Q_F16_SCALE).to(gl.float16)
+        # The fence keeps the scale before the rounding: without it the compiler rounds to
+        # fp16 first (cvt.rn.f16x2.f32, then mul.f16x2) and a q past fp16's range becomes inf,
+        # as in the Triton tiles (kernels/attention._to_operand).
+        b_q = gl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r",
+                                        [b_q.to(gl.float32) * Q_F16_SCALE], dtype=gl.float32,
+                                        is_pure=False, pack=1).to(gl.float16)
     return gl.allocate_shared_memory(b_q.dtype, [b_q.shape[0], WIDTH], SMEM, b_q)
 
 

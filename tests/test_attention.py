@@ -123,8 +123,9 @@ _SM90_ONLY = pytest.mark.skipif(
 
 def _check_gluon(p, tile, device, q_gain=1.0):
     prob = make_problem(device=device, **p)
-    if q_gain != 1.0:  # the same scores from a q of another magnitude
-        prob.q, prob.sm_scale = prob.q * q_gain, prob.sm_scale / q_gain
+    if q_gain != 1.0:  # the same scores from a q of another magnitude (either form of q)
+        prob.q = tuple(x * q_gain for x in prob.q) if isinstance(prob.q, tuple) else prob.q * q_gain
+        prob.sm_scale = prob.sm_scale / q_gain
     kv = aligned_rows(prob.kv)
     ref_out, ref_lse = sparse_mla_reference(prob.q, kv, prob.indices, prob.sm_scale,
                                             topk_length=prob.topk_length, attn_sink=prob.attn_sink)
@@ -158,13 +159,14 @@ def test_gluon_tile(p, device):
 @pytest.mark.gpu
 @_SM90_ONLY
 @pytest.mark.parametrize("p", [c for c in GLUON_CASES if c.values[0]["fmt"] == "fp8_ds_mla"])
-def test_gluon_fp8_rows_into_fp16_operands(p, device):
-    """The Gluon tile with ``fp8_f16`` (fp8_ds_mla rows dequantized into fp16 operands, q
-    scaled by 2^-8) matches the reference, also for a q past fp16's range."""
-    tile = dataclasses.replace(configs.pick_tile("sm90", t_count=128, h_count=64, fp8=True),
-                               fp8_f16=True)
-    _check_gluon(p, tile, device)
+def test_gluon_fp8_operands(p, device):
+    """sm90's fp8_ds_mla 64-head tile dequantizes into fp16 operands (``fp8_f16``, q scaled by
+    2^-8) and matches the reference also for a q past fp16's range (entries up to about 4e5);
+    without ``fp8_f16`` (bf16 operands) it matches too."""
+    tile = configs.pick_tile("sm90", t_count=128, h_count=64, fp8=True)
+    assert tile.gluon and tile.fp8_f16
     _check_gluon(p, tile, device, q_gain=1e5)
+    _check_gluon(p, dataclasses.replace(tile, fp8_f16=False), device)
 
 
 @pytest.mark.gpu

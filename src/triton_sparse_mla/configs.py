@@ -47,7 +47,8 @@ class TileConfig:
     # sm90 16- and 32-head tiles, 1.05-1.09x on the sm86 tiles at SM120's residency, 0.70x on
     # the 64-head exchange tile (it spills). No effect on bf16/fp16 rows. Where the Gluon
     # kernel runs a tile (``gluon``), its fp8 path likewise: 890 instead of 1142 instructions
-    # per step, 255 registers without spills (Triton 3.6); not timed yet, on in no table.
+    # per step, 1.02-1.05x (H200, 2026-12-01, run 73, BENCHMARKS.md "The Gluon tile"); the
+    # Triton tile such a tile falls back to runs without it (``triton_fp8_f16``).
     fp8_f16: bool = False
     # fp8_ds_mla rows loaded into registers a step ahead instead of staged in shared memory by
     # the software pipeline (kernels/attention.py, ROWS_AHEAD): the raw bytes skip the round
@@ -81,6 +82,12 @@ class TileConfig:
     # With ``producer_warp``: the next tile's score dots issued during this tile's softmax
     # (a second score tile in registers). Experimental: compiled only, on in no table.
     qk_ahead: bool = False
+
+    @property
+    def triton_fp8_f16(self) -> bool:
+        """``fp8_f16`` as the Triton kernel runs this tile: off where the tile names the Gluon
+        kernel, whose fallback (the exchange tile) is 0.70x with it."""
+        return self.fp8_f16 and not self.gluon
 
     def __post_init__(self):
         if self.gluon and (self.block_h, self.block_n, self.num_warps) != (64, 64, 8):
@@ -154,6 +161,9 @@ C = TileConfig
 # T=32-512 and prefill T=4096, 64 and 128 heads (H200, 2026-12-01, run 67, its prototype;
 # BENCHMARKS.md "The Gluon tile").
 _G64 = C(64, 64, 8, 2, exchange_p=True, gluon=True)
+# Its fp8_ds_mla rows into fp16 operands (fp8_f16): 1.02-1.05x on decode T=32-512, 64 and 128
+# heads (H200, 2026-12-01, run 73).
+_G64_F16 = C(64, 64, 8, 2, exchange_p=True, gluon=True, fp8_f16=True)
 _SM90 = {
     ("latency", "plain"): ((_ANY, C(16, 64, 4, 2)),),
     ("latency", "fp8"): ((16, C(16, 32, 4, 2, fp8_f16=True, rows_ahead=True)),
@@ -161,10 +171,10 @@ _SM90 = {
     ("decode", "plain"): ((16, C(16, 64, 4, 3, prefetch_idx=False)), (32, C(32, 64, 4, 2)),
                           (_ANY, _G64)),
     ("decode", "fp8"): ((16, C(16, 32, 4, 3, fp8_f16=True)), (32, C(32, 32, 4, 2, fp8_f16=True)),
-                        (_ANY, _G64)),
+                        (_ANY, _G64_F16)),
     ("prefill", "plain"): ((16, C(16, 64, 4, 2)), (32, C(32, 64, 4, 2)), (_ANY, _G64)),
     ("prefill", "fp8"): ((16, C(16, 32, 4, 2, fp8_f16=True, rows_ahead=True)),
-                         (32, C(32, 32, 4, 2, fp8_f16=True)), (_ANY, _G64)),
+                         (32, C(32, 32, 4, 2, fp8_f16=True)), (_ANY, _G64_F16)),
 }
 # sm80 (163 KB), sm86 (99 KB) and sm100: not measured on their GPUs (none is available here).
 # They are the sm90 shapes, cut down where the compiled kernel overflows the family's shared

@@ -53,7 +53,7 @@ def _main_kernel_variants(tile: configs.TileConfig, cap: int, fp8: bool, family:
 
     from .kernels.attention import operand_dtype, sparse_mla_fwd_kernel
 
-    dtype, q_scale = operand_dtype(torch.bfloat16, fp8 and tile.fp8_f16)
+    dtype, q_scale = operand_dtype(torch.bfloat16, fp8 and tile.triton_fp8_f16)
 
     kv_t = "*u8" if fp8 else "*bf16"
     for partial in (False, True):
@@ -74,7 +74,7 @@ def _main_kernel_variants(tile: configs.TileConfig, cap: int, fp8: bool, family:
                               BLOCK_N=tile.block_n, INTERPRET=False,
                               PIN_CVT=fp8 and configs.pin_fp8_conversion(family, tile.block_h),
                               EXCHANGE_P=tile.scratch_exchange, PREFETCH_IDX=tile.prefetch_idx,
-                              FP8_F16=fp8 and tile.fp8_f16, Q_SCALE=q_scale,
+                              FP8_F16=fp8 and tile.triton_fp8_f16, Q_SCALE=q_scale,
                               ROWS_AHEAD=fp8 and tile.rows_ahead,
                               ROWS_EARLY=fp8 and tile.rows_ahead and tile.rows_early,
                               SCORES_APART=tile.scores_apart,

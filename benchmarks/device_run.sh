@@ -40,14 +40,11 @@ for s in $steps; do
          ncu --import "$OUT/prof.ncu-rep" --page details --csv > "$OUT/ncu-details.csv" 2>&1; grep -c . "$OUT/ncu-details.csv"
          ncu --import "$OUT/prof.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip > "$OUT/ncu-source.csv.gz" ;;
     wide) timeout 240 python3 benchmarks/sweep.py "$OUT/sweep-wide.json" --wide 2>&1 | tee "$OUT/sweep-wide.log" | grep EXCH ;;
-    variants) # the compiled-only Gluon variants: fp8 into fp16 operands first (no hang risk), then the
-      # producer warpgroup, alone and with qk_ahead (a wrong mbarrier phase would hang: each under
-      # its own timeout), each its GPU tests and then timed against the tile it changes
-      timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_attention.py -k "gluon_fp8_rows" 2>&1 | tee "$OUT/variants-f16.log" | tail -2
-      timeout 200 python3 benchmarks/sweep.py "$OUT/toggle-f16.json" --toggle fp8_f16 --fmt fp8_ds_mla --heads 64,128 2>&1 | grep TOGGLE
+    variants) # the producer-warpgroup Gluon kernel (compiled only elsewhere): its GPU tests under their
+      # own timeout (a wrong mbarrier phase would hang them), then timed against the tile it
+      # changes (TOGGLE=qk_ahead TOGGLE_BASE=producer_warp toggle times its score dots ahead)
       timeout 120 python3 -m pytest -q -x -p no:cacheprovider tests/test_attention.py -k "gluon_producer" 2>&1 | tee "$OUT/variants-producer.log" | tail -2
-      timeout 200 python3 benchmarks/sweep.py "$OUT/toggle-producer.json" --toggle producer_warp --fmt bf16 --heads 64,128 2>&1 | grep TOGGLE
-      timeout 200 python3 benchmarks/sweep.py "$OUT/toggle-qkahead.json" --toggle qk_ahead --base producer_warp --fmt bf16 --heads 64,128 2>&1 | grep TOGGLE ;;
+      timeout 200 python3 benchmarks/sweep.py "$OUT/toggle-producer.json" --toggle producer_warp --fmt bf16 --heads 64,128 2>&1 | grep TOGGLE ;;
     racecheck) timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 python3 benchmarks/sanitize_case.py 2>&1 | tee "$OUT/racecheck.log" | tail -8 ;;
     apart) timeout 420 python3 benchmarks/sweep.py "$OUT/sweep-apart.json" --apart 2>&1 | tee "$OUT/sweep-apart.log" | grep APART ;;
     exchange) timeout 300 python3 benchmarks/sweep.py "$OUT/sweep-exchange.json" --exchange 2>&1 | tee "$OUT/sweep-exchange.log" | grep EXCH ;;

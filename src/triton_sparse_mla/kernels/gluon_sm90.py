@@ -382,30 +382,32 @@ def sparse_mla_gluon_kernel(
 
 # The producer of the warp-specialized bf16 kernel: one warpgroup (setmaxnreg works per
 # warpgroup; with one warp, Triton pads it to four and the register split no longer adds up),
-# 24 registers per thread, its gathers 8 rows per copy instruction.
-PRODUCER_WARPS, PRODUCER_REGS, CHUNK = gl.constexpr(4), gl.constexpr(24), gl.constexpr(8)
-GATHER_W = gl.constexpr(gl.BlockedLayout([1, 8], [2, 16], [PRODUCER_WARPS.value, 1], [1, 0]))
-GATHER_PE_W = gl.constexpr(gl.BlockedLayout([1, 8], [4, 8], [PRODUCER_WARPS.value, 1], [1, 0]))
+# 24 registers per thread. Each thread copies one half of one row of a tile (2 threads per
+# row, 16 bytes per copy, 8 copies per latent tile and 4 for the rope), so a step needs one
+# row id per thread, loaded during the step before. (Copying 8 rows at a time, one id load
+# per 8 rows and its latency before each copy, was 0.68-0.73x of the kernel without a
+# producer: H200, 2026-12-01, run 73.)
+PRODUCER_WARPS, PRODUCER_REGS = gl.constexpr(4), gl.constexpr(24)
+GATHER_W = gl.constexpr(gl.BlockedLayout([1, 8], [16, 2], [PRODUCER_WARPS.value, 1], [1, 0]))
 
 
 @gluon.jit
 def _ws_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2, k_s3,
                  kp_smem, ready, free, BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
-                 NS: gl.constexpr, CHUNK: gl.constexpr):
-    """The producer warps: for each step, once the consumers freed its ring slot, the row
-    ids and the asynchronous copies of the tile, CHUNK rows at a time (few registers), and an
-    arrival on the slot's ``ready`` barrier that lands when this thread's copies have."""
+                 NS: gl.constexpr):
+    """The producer warps: for each step, once the consumers freed its ring slot, the
+    asynchronous copies of the tile and an arrival on the slot's ``ready`` barrier that lands
+    when this thread's copies have; then the next step's row ids."""
+    ROWS: gl.constexpr = gl.SliceLayout(1, GATHER_W)
+    b_idx = _row_ids(p_idx, n_start, n_end, ROWS, BLOCK_N)
     for i in range(n_steps):
         slot = i % NS
         # the slot's previous tile (step i - NS) has been read; the first NS steps pass at once
         mbarrier.wait(free.index(slot), ((i // NS) & 1) ^ 1)
-        for c in gl.static_range(BLOCK_N // CHUNK):
-            n0 = n_start + i * BLOCK_N + c * CHUNK
-            _copy_rows(k_s0, k_s1, k_s2, k_s3, kp_smem, kv_ptr,
-                       _row_ids(p_idx, n0, n_end, gl.SliceLayout(1, GATHER_W), CHUNK),
-                       _row_ids(p_idx, n0, n_end, gl.SliceLayout(1, GATHER_PE_W), CHUNK),
-                       n_rows, stride_kv, slot, c * CHUNK, GATHER_W, GATHER_PE_W, LAT, D_PE)
+        _copy_rows(k_s0, k_s1, k_s2, k_s3, kp_smem, kv_ptr, b_idx, b_idx, n_rows, stride_kv, slot, 0,
+                   GATHER_W, GATHER_W, LAT, D_PE)
         async_copy.mbarrier_arrive(ready.index(slot), increment_count=False)
+        b_idx = _row_ids(p_idx, n_start + (i + 1) * BLOCK_N, n_end, ROWS, BLOCK_N)
 
 
 @gluon.jit
@@ -506,7 +508,7 @@ def sparse_mla_gluon_ws_kernel(
                          free, p_idx, n_start, n_end, n_steps, n_rows, qk_scale, BLOCK_H, BLOCK_N, LAT,
                          NS, QK_AHEAD)),
          (_ws_producer, (kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2,
-                         k_s3, kp_smem, ready, free, BLOCK_N, LAT, D_PE, NS, CHUNK))],
+                         k_s3, kp_smem, ready, free, BLOCK_N, LAT, D_PE, NS))],
         [PRODUCER_WARPS], [PRODUCER_REGS])
     _epilogue(acc0, acc1, acc2, acc3, b_m, b_l2, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0, n_heads,
               stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h, HAS_SINK, PARTIAL,

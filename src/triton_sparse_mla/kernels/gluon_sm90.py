@@ -382,13 +382,28 @@ def sparse_mla_gluon_kernel(
 
 # The producer of the warp-specialized bf16 kernel: one warpgroup (setmaxnreg works per
 # warpgroup; with one warp, Triton pads it to four and the register split no longer adds up),
-# 24 registers per thread. Each thread copies one half of one row of a tile (2 threads per
-# row, 16 bytes per copy, 8 copies per latent tile and 4 for the rope), so a step needs one
-# row id per thread, loaded during the step before. (Copying 8 rows at a time, one id load
-# per 8 rows and its latency before each copy, was 0.68-0.73x of the kernel without a
-# producer: H200, 2026-12-01, run 73.)
+# 24 registers per thread. A tile is copied in passes of 8 rows, 16 threads per row, so that
+# each copy instruction of a warp reads two whole 256-byte row segments (the rope: 128-byte
+# segments, 8-byte copies); a thread's 8 row ids (one per pass) are loaded a step ahead.
+# (With the 8 ids loaded before each pass: 0.68-0.73x of the kernel without a producer. With
+# one row per two threads and 32-byte segments per row and copy: 0.97x over a 32K-row cache,
+# 0.49-0.53x over 1M rows, where each row's bytes reach DRAM as 36 separate requests. H200,
+# 2026-12-01, runs 73-74.)
 PRODUCER_WARPS, PRODUCER_REGS = gl.constexpr(4), gl.constexpr(24)
-GATHER_W = gl.constexpr(gl.BlockedLayout([1, 8], [16, 2], [PRODUCER_WARPS.value, 1], [1, 0]))
+GATHER_W = gl.constexpr(gl.BlockedLayout([1, 8], [2, 16], [PRODUCER_WARPS.value, 1], [1, 0]))
+ROPE_W = gl.constexpr(gl.BlockedLayout([1, 4], [2, 16], [PRODUCER_WARPS.value, 1], [1, 0]))
+PASS_ROWS = gl.constexpr(2 * PRODUCER_WARPS.value)
+
+
+@gluon.jit
+def _pass_ids(p_idx, n0, n_end, PASSES: gl.constexpr):
+    """A step's row ids as the producer copies them: ``[PASS_ROWS, PASSES]`` in GATHER_W,
+    entry ``(r, j)`` the id of row ``j * PASS_ROWS + r`` of the tile, -1 past ``n_end``; each
+    thread holds its row's ids of every pass."""
+    o_r = gl.arange(0, PASS_ROWS, layout=gl.SliceLayout(1, GATHER_W))
+    o_j = gl.arange(0, PASSES, layout=gl.SliceLayout(0, GATHER_W))
+    o_n = n0 + o_j[None, :] * PASS_ROWS + o_r[:, None]
+    return gl.load(p_idx + o_n, mask=o_n < n_end, other=-1)
 
 
 @gluon.jit
@@ -396,18 +411,22 @@ def _ws_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0
                  kp_smem, ready, free, BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
                  NS: gl.constexpr):
     """The producer warps: for each step, once the consumers freed its ring slot, the
-    asynchronous copies of the tile and an arrival on the slot's ``ready`` barrier that lands
-    when this thread's copies have; then the next step's row ids."""
-    ROWS: gl.constexpr = gl.SliceLayout(1, GATHER_W)
-    b_idx = _row_ids(p_idx, n_start, n_end, ROWS, BLOCK_N)
+    asynchronous copies of the tile, PASS_ROWS rows per pass, and an arrival on the slot's
+    ``ready`` barrier that lands when this thread's copies have; then the next step's ids."""
+    PASSES: gl.constexpr = BLOCK_N // PASS_ROWS
+    o_j = gl.arange(0, PASSES, layout=gl.SliceLayout(0, GATHER_W))
+    ids = _pass_ids(p_idx, n_start, n_end, PASSES)
     for i in range(n_steps):
         slot = i % NS
         # the slot's previous tile (step i - NS) has been read; the first NS steps pass at once
         mbarrier.wait(free.index(slot), ((i // NS) & 1) ^ 1)
-        _copy_rows(k_s0, k_s1, k_s2, k_s3, kp_smem, kv_ptr, b_idx, b_idx, n_rows, stride_kv, slot, 0,
-                   GATHER_W, GATHER_W, LAT, D_PE)
+        for j in gl.static_range(PASSES):
+            b_idx = gl.sum(gl.where(o_j[None, :] == j, ids, 0), axis=1)  # (a register: in-thread)
+            b_idx_pe = gl.convert_layout(b_idx, gl.SliceLayout(1, ROPE_W), assert_trivial=True)
+            _copy_rows(k_s0, k_s1, k_s2, k_s3, kp_smem, kv_ptr, b_idx, b_idx_pe, n_rows, stride_kv,
+                       slot, j * PASS_ROWS, GATHER_W, ROPE_W, LAT, D_PE)
         async_copy.mbarrier_arrive(ready.index(slot), increment_count=False)
-        b_idx = _row_ids(p_idx, n_start + (i + 1) * BLOCK_N, n_end, ROWS, BLOCK_N)
+        ids = _pass_ids(p_idx, n_start + (i + 1) * BLOCK_N, n_end, PASSES)
 
 
 @gluon.jit

@@ -387,8 +387,8 @@ def sparse_mla_gluon_kernel(
 # segments, 8-byte copies); a thread's 8 row ids (one per pass) are loaded a step ahead.
 # (With the 8 ids loaded before each pass: 0.68-0.73x of the kernel without a producer. With
 # one row per two threads and 32-byte segments per row and copy: 0.97x over a 32K-row cache,
-# 0.49-0.53x over 1M rows, where each row's bytes reach DRAM as 36 separate requests. H200,
-# 2026-12-01, runs 73-74.)
+# 0.48-0.53x over 1M rows, where each row's bytes reach DRAM as 36 separate requests. As
+# below: 1.05-1.07x. H200, 2026-12-01, runs 73-75.)
 PRODUCER_WARPS, PRODUCER_REGS = gl.constexpr(4), gl.constexpr(24)
 GATHER_W = gl.constexpr(gl.BlockedLayout([1, 8], [2, 16], [PRODUCER_WARPS.value, 1], [1, 0]))
 ROPE_W = gl.constexpr(gl.BlockedLayout([1, 4], [2, 16], [PRODUCER_WARPS.value, 1], [1, 0]))

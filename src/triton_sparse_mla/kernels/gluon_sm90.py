@@ -28,11 +28,12 @@ without spills (fp8_ds_mla rows: 1142 against 1414, 255). On the H200 1.18-1.41x
 the Triton tile (bf16) and 1.18-1.22x (fp8_ds_mla), decode and prefill (BENCHMARKS.md, "The
 Gluon tile").
 
-Variants compiled but not yet run on a GPU, on in no table: fp16 operands for fp8_ds_mla
-rows (``TileConfig.fp8_f16``: 890 instructions per step), and for bf16/fp16 rows a producer
-warpgroup that issues the gathers (``TileConfig.producer_warp``,
-:func:`sparse_mla_gluon_ws_kernel`), optionally with the next tile's score dots issued during
-this tile's softmax (``TileConfig.qk_ahead``).
+fp8_ds_mla rows go into fp16 operands where the table says so (``TileConfig.fp8_f16``: 890
+instructions per step, 1.02-1.05x; shipped). Variants on in no table: for bf16/fp16 rows a
+producer warpgroup that issues the gathers (``TileConfig.producer_warp``,
+:func:`sparse_mla_gluon_ws_kernel`: 1.05-1.07x, held back while racecheck's report on it is
+unexplained), optionally with the next tile's score dots issued during this tile's softmax
+(``TileConfig.qk_ahead``: 0.75-0.82x). H200, 2026-12-01, runs 73-75.
 
 Import only where Gluon is available and not under the interpreter (see
 :func:`kernels.attention.gluon_kernels`).
@@ -499,12 +500,14 @@ def sparse_mla_gluon_ws_kernel(
     the 8 warps that compute no longer form addresses or issue copies, and wait for a tile on
     an mbarrier instead of a barrier of all threads. Compiled for sm90 by Triton 3.6: 590
     instructions per consumer warp and step against 743, the consumers at 240 registers
-    without spills, the producer warpgroup at 24 (three spilled values per step), 224.5 KB;
-    Triton 3.8 spills 136 bytes. With QK_AHEAD (``TileConfig.qk_ahead``) the consumers issue
-    the next tile's score dots during this tile's softmax: ptxas interleaves them with the
-    exponentials, the consumers still do not spill, and ptxas reports no serialization
-    (C7515). Experimental (``TileConfig.producer_warp``): not yet run on a GPU, on in no
-    table."""
+    without spills, the producer warpgroup at 24 (32 bytes of spills), 224.5 KB. With QK_AHEAD
+    (``TileConfig.qk_ahead``) the consumers issue the next tile's score dots during this
+    tile's softmax: ptxas interleaves them with the exponentials, the consumers still do not
+    spill, and ptxas reports no serialization (C7515); it is slower (see the module's
+    docstring). Matches the reference in every GPU test (runs 73-75); on in no table
+    (``TileConfig.producer_warp``) while compute-sanitizer's racecheck reports hazards in it,
+    at the partition hand-over's shared memory, that a minimal kernel with the same
+    hand-over does not show (benchmarks/ws_handshake_probe.py)."""
     i_t, h0 = _tile_origin(n_heads, BLOCK_H)
     q_s0, q_s1, q_s2, q_s3, q_sp = _load_q(q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
                                            stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, LAT, D_PE,

@@ -33,7 +33,7 @@ instructions per step, 1.02-1.05x; shipped). Variants on in no table: for bf16/f
 producer warpgroup that issues the gathers (``TileConfig.producer_warp``,
 :func:`sparse_mla_gluon_ws_kernel`: 1.05-1.07x, held back while racecheck's report on it is
 unexplained), optionally with the next tile's score dots issued during this tile's softmax
-(``TileConfig.qk_ahead``: 0.75-0.82x). H200, 2026-12-01, runs 73-75.
+(``TileConfig.qk_ahead``: 0.75-0.82x). H200, 2026-12-01, runs 73-76.
 
 Import only where Gluon is available and not under the interpreter (see
 :func:`kernels.attention.gluon_kernels`).
@@ -388,8 +388,8 @@ def sparse_mla_gluon_kernel(
 # segments, 8-byte copies); a thread's 8 row ids (one per pass) are loaded a step ahead.
 # (With the 8 ids loaded before each pass: 0.68-0.73x of the kernel without a producer. With
 # one row per two threads and 32-byte segments per row and copy: 0.97x over a 32K-row cache,
-# 0.48-0.53x over 1M rows, where each row's bytes reach DRAM as 36 separate requests. As
-# below: 1.05-1.07x. H200, 2026-12-01, runs 73-75.)
+# 0.48-0.53x over 1M rows, where, we infer, a row read in 36 separate 32-byte pieces costs
+# DRAM more than in 5 whole segments. As below: 1.05-1.07x. H200, 2026-12-01, runs 73-75.)
 PRODUCER_WARPS, PRODUCER_REGS = gl.constexpr(4), gl.constexpr(24)
 GATHER_W = gl.constexpr(gl.BlockedLayout([1, 8], [2, 16], [PRODUCER_WARPS.value, 1], [1, 0]))
 ROPE_W = gl.constexpr(gl.BlockedLayout([1, 4], [2, 16], [PRODUCER_WARPS.value, 1], [1, 0]))
@@ -504,7 +504,7 @@ def sparse_mla_gluon_ws_kernel(
     (``TileConfig.qk_ahead``) the consumers issue the next tile's score dots during this
     tile's softmax: ptxas interleaves them with the exponentials, the consumers still do not
     spill, and ptxas reports no serialization (C7515); it is slower (see the module's
-    docstring). Matches the reference in every GPU test (runs 73-75); on in no table
+    docstring). Matches the reference in every GPU test (runs 73-77); on in no table
     (``TileConfig.producer_warp``) while compute-sanitizer's racecheck reports hazards in it,
     at the partition hand-over's shared memory, that a minimal kernel with the same
     hand-over does not show (benchmarks/ws_handshake_probe.py)."""

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One self-contained call on the GPU machine: install, test, sanitize, sweep, benchmark.
 # Usage (on the device, from the repo root): bash benchmarks/device_run.sh [steps...]
-# Steps: tests sanitizer sweep fp8sweep splits splits-len warps fp8choice wsparts residency residency-toggle residency-warps ncu exchange apart racecheck variants wide latency toggle bench prefill (default: tests sanitizer sweep bench
+# Steps: tests sanitizer sweep fp8sweep splits splits-len warps fp8choice wsparts residency residency-toggle residency-warps ncu exchange apart racecheck racecheck-producer variants wide latency toggle bench prefill (default: tests sanitizer sweep bench
 # prefill). toggle and residency-toggle time a boolean TileConfig field off and on, named by
 # $TOGGLE (e.g. TOGGLE=prefetch_idx), on the workloads of one row format if $TOGGLE_FMT is set
 # (e.g. TOGGLE_FMT=fp8_ds_mla) and of the head counts in $TOGGLE_HEADS (toggle only; e.g.
@@ -45,6 +45,10 @@ for s in $steps; do
       # changes (TOGGLE=qk_ahead TOGGLE_BASE=producer_warp toggle times its score dots ahead)
       timeout 120 python3 -m pytest -q -x -p no:cacheprovider tests/test_attention.py -k "gluon_producer" 2>&1 | tee "$OUT/variants-producer.log" | tail -2
       timeout 200 python3 benchmarks/sweep.py "$OUT/toggle-producer.json" --toggle producer_warp --fmt bf16 --heads 64,128 2>&1 | grep TOGGLE ;;
+    racecheck-producer) # the producer-warpgroup kernel, on in no table (BENCHMARKS.md: its racecheck report), and the
+      # minimal warp-specialized kernel beside it
+      timeout 200 compute-sanitizer --tool racecheck --print-limit 4 python3 benchmarks/sanitize_producer.py 2>&1 | tee "$OUT/racecheck-producer.log" | tail -30
+      timeout 60 compute-sanitizer --tool racecheck python3 benchmarks/ws_handshake_probe.py 2>&1 | tail -3 ;;
     racecheck) timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 python3 benchmarks/sanitize_case.py 2>&1 | tee "$OUT/racecheck.log" | tail -8 ;;
     apart) timeout 420 python3 benchmarks/sweep.py "$OUT/sweep-apart.json" --apart 2>&1 | tee "$OUT/sweep-apart.log" | grep APART ;;
     exchange) timeout 300 python3 benchmarks/sweep.py "$OUT/sweep-exchange.json" --exchange 2>&1 | tee "$OUT/sweep-exchange.log" | grep EXCH ;;

@@ -47,7 +47,7 @@ class TileConfig:
     # sm90 16- and 32-head tiles, 1.05-1.09x on the sm86 tiles at SM120's residency, 0.70x on
     # the 64-head exchange tile (it spills). No effect on bf16/fp16 rows. Where the Gluon
     # kernel runs a tile (``gluon``), its fp8 path likewise: 890 instead of 1142 instructions
-    # per step, 1.02-1.05x (H200, 2026-12-01, run 73, BENCHMARKS.md "The Gluon tile"); the
+    # per step, 1.03-1.05x (H200, 2026-12-01, run 73, BENCHMARKS.md "The Gluon tile: fp16 operands and a producer warpgroup"); the
     # Triton tile such a tile falls back to runs without it (``triton_fp8_f16``).
     fp8_f16: bool = False
     # fp8_ds_mla rows loaded into registers a step ahead instead of staged in shared memory by
@@ -168,7 +168,7 @@ C = TileConfig
 # and 128 heads (H200, 2026-12-01, runs 75-76), and it matched the reference in every GPU test,
 # but compute-sanitizer's racecheck reports hazards in it (run 76) that are not explained yet.
 _G64 = C(64, 64, 8, 2, exchange_p=True, gluon=True)
-# Its fp8_ds_mla rows into fp16 operands (fp8_f16): 1.02-1.05x on decode T=32-512, 64 and 128
+# Its fp8_ds_mla rows into fp16 operands (fp8_f16): 1.03-1.05x on decode T=32-512, 64 and 128
 # heads (H200, 2026-12-01, run 73).
 _G64_F16 = C(64, 64, 8, 2, exchange_p=True, gluon=True, fp8_f16=True)
 _SM90 = {

@@ -29,7 +29,7 @@ the Triton tile (bf16) and 1.18-1.22x (fp8_ds_mla), decode and prefill (BENCHMAR
 Gluon tile").
 
 fp8_ds_mla rows go into fp16 operands where the table says so (``TileConfig.fp8_f16``: 890
-instructions per step, 1.02-1.05x; shipped). Variants on in no table: for bf16/fp16 rows a
+instructions per step, 1.03-1.05x; shipped). Variants on in no table: for bf16/fp16 rows a
 producer warpgroup that issues the gathers (``TileConfig.producer_warp``,
 :func:`sparse_mla_gluon_ws_kernel`: 1.05-1.07x, held back while racecheck's report on it is
 unexplained), optionally with the next tile's score dots issued during this tile's softmax

@@ -47,8 +47,9 @@ class TileConfig:
     # sm90 16- and 32-head tiles, 1.05-1.09x on the sm86 tiles at SM120's residency, 0.70x on
     # the 64-head exchange tile (it spills). No effect on bf16/fp16 rows. Where the Gluon
     # kernel runs a tile (``gluon``), its fp8 path likewise: 890 instead of 1142 instructions
-    # per step, 1.03-1.05x (H200, 2026-12-01, run 73, BENCHMARKS.md "The Gluon tile: fp16 operands and a producer warpgroup"); the
-    # Triton tile such a tile falls back to runs without it (``triton_fp8_f16``).
+    # per step, 1.03-1.05x (H200, 2026-12-01, run 73, BENCHMARKS.md "The Gluon tile: fp16
+    # operands and a producer warpgroup"); the Triton tile such a tile falls back to runs
+    # without it (``triton_fp8_f16``).
     fp8_f16: bool = False
     # fp8_ds_mla rows loaded into registers a step ahead instead of staged in shared memory by
     # the software pipeline (kernels/attention.py, ROWS_AHEAD): the raw bytes skip the round

@@ -506,8 +506,8 @@ def sparse_mla_gluon_ws_kernel(
     spill, and ptxas reports no serialization (C7515); it is slower (see the module's
     docstring). Matches the reference in every GPU test (runs 73-77); on in no table
     (``TileConfig.producer_warp``) while compute-sanitizer's racecheck reports hazards in it,
-    at the partition hand-over's shared memory, that a minimal kernel with the same
-    hand-over does not show (benchmarks/ws_handshake_probe.py)."""
+    at the partition hand-over's shared memory, not yet explained (BENCHMARKS.md; the probe
+    benchmarks/ws_handshake_probe.py)."""
     i_t, h0 = _tile_origin(n_heads, BLOCK_H)
     q_s0, q_s1, q_s2, q_s3, q_sp = _load_q(q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
                                            stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, LAT, D_PE,

@@ -4,8 +4,8 @@ kernel, so that it goes through shared memory as the producer kernel's do), for 
 racecheck: hazards reported here come from Triton's warp-specialization hand-over, not from a
 kernel's own shared memory. ``BARRIERS`` adds what the producer kernel (kernels/gluon_sm90.py,
 sparse_mla_gluon_ws_kernel) has around the hand-over and this probe otherwise lacks: a barrier
-of the default warps before the partitions (``bar.sync 0`` with their thread count only) and
-one inside the default partition. Run (both variants, each verdict printed):
+of the default warps before the partitions (``bar.sync 0`` with their thread count only), one
+inside the default partition and one inside the worker's (a named barrier of its own). Run (both variants, each verdict printed):
 compute-sanitizer --tool racecheck python3 this_file.py"""
 import torch
 from triton.experimental import gluon
@@ -26,9 +26,11 @@ def _default(out_ptr, n, BARRIERS: gl.constexpr):
 
 
 @gluon.jit
-def _worker(out_ptr, n):
+def _worker(out_ptr, n, BARRIERS: gl.constexpr):
     o = gl.arange(0, 128, layout=L)
     gl.store(out_ptr + 128 + o, (o * n).to(gl.float32))
+    if BARRIERS:
+        _barrier()  # (a named barrier of the worker warps alone, as the producer's)
 
 
 @gluon.jit
@@ -36,7 +38,7 @@ def ws_probe_kernel(out_ptr, n_ptr, BARRIERS: gl.constexpr):
     if BARRIERS:
         _barrier()
     n = gl.load(n_ptr)  # (loaded, not an argument: the partitions get it through shared memory)
-    b, m = gl.warp_specialize([(_default, (out_ptr, n, BARRIERS)), (_worker, (out_ptr, n))], [4], [24])
+    b, m = gl.warp_specialize([(_default, (out_ptr, n, BARRIERS)), (_worker, (out_ptr, n, BARRIERS))], [4], [24])
     gl.store(out_ptr + 256 + gl.arange(0, 128, layout=L), (b + m).to(gl.float32))
 
 

@@ -11,9 +11,9 @@ import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
+from triton_sparse_mla.kernels.gluon_sm90 import _barrier  # the kernels' barrier (Triton 3.6 and 3.8)
+
 L = gl.constexpr(gl.BlockedLayout([1], [32], [4], [0]))
-# A barrier of the calling warps: gl.thread_barrier in Triton 3.6, gl.barrier in 3.8.
-_barrier = getattr(gl, "barrier", None) or gl.thread_barrier
 
 
 @gluon.jit

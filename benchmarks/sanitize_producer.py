@@ -1,5 +1,5 @@
-"""compute-sanitizer racecheck on the producer-warpgroup Gluon kernel (TileConfig.producer_warp,
-on in no table): sm90's 64-head bf16 tile with the producer forced on, over 64 and 80 heads,
+"""compute-sanitizer (racecheck, memcheck) on the producer-warpgroup Gluon kernel
+(TileConfig.producer_warp): sm90's 64-head bf16 tile with the producer on, over 64 and 80 heads,
 with every length full and with partial lengths (programs with no step), each problem's
 verdict printed after it so that the sanitizer's reports can be placed."""
 

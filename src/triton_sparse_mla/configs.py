@@ -79,8 +79,7 @@ class TileConfig:
     # With ``gluon``, bf16/fp16 rows: the gathers issued by a producer warpgroup
     # (kernels/gluon_sm90.py, sparse_mla_gluon_ws_kernel), the tiles handed over through
     # mbarriers; fp8_ds_mla rows ignore it. 1.05-1.07x on sm90's 64-head tile (H200,
-    # 2026-12-01, runs 75-76); on in no table while racecheck's report on it is unexplained
-    # (docs/gpu-runs.md, run 76).
+    # 2026-12-01, runs 75-76).
     producer_warp: bool = False
     # With ``producer_warp``: the next tile's score dots issued during this tile's softmax
     # (a second score tile in registers). 0.75-0.82x of the producer kernel without it (H200,
@@ -165,10 +164,12 @@ C = TileConfig
 # 1.18-1.41x over the exchange_p tile on bf16 rows and 1.18-1.22x on fp8_ds_mla rows, decode
 # T=32-512 and prefill T=4096, 64 and 128 heads (H200, 2026-12-01, run 67, its prototype;
 # BENCHMARKS.md "The Gluon tile").
-# Not yet with producer_warp: 1.05-1.07x on decode T=32 and T=128 and on prefill T=4096, 64
-# and 128 heads (H200, 2026-12-01, runs 75-76), and it matched the reference in every GPU test,
-# but compute-sanitizer's racecheck reports hazards in it (run 76) that are not explained yet.
-_G64 = C(64, 64, 8, 2, exchange_p=True, gluon=True)
+# Its bf16/fp16 rows gathered by a producer warpgroup (producer_warp): 1.05-1.07x on decode
+# T=32 and T=128 and on prefill T=4096, 64 and 128 heads (H200, 2026-12-01, runs 75-76).
+# racecheck's reports on it lie in Triton's hand-over to the partitions, and it reports the
+# same on a kernel with no shared memory of its own (run 80; BENCHMARKS.md "The Gluon tile:
+# fp16 operands and a producer warpgroup").
+_G64 = C(64, 64, 8, 2, exchange_p=True, gluon=True, producer_warp=True)
 # Its fp8_ds_mla rows into fp16 operands (fp8_f16): 1.03-1.05x on decode T=32-512, 64 and 128
 # heads (H200, 2026-12-01, run 73).
 _G64_F16 = C(64, 64, 8, 2, exchange_p=True, gluon=True, fp8_f16=True)

@@ -29,11 +29,11 @@ the Triton tile (bf16) and 1.18-1.22x (fp8_ds_mla), decode and prefill (BENCHMAR
 Gluon tile").
 
 fp8_ds_mla rows go into fp16 operands where the table says so (``TileConfig.fp8_f16``: 890
-instructions per step, 1.03-1.05x; shipped). Variants on in no table: for bf16/fp16 rows a
-producer warpgroup that issues the gathers (``TileConfig.producer_warp``,
-:func:`sparse_mla_gluon_ws_kernel`: 1.05-1.07x, held back while racecheck's report on it is
-unexplained), optionally with the next tile's score dots issued during this tile's softmax
-(``TileConfig.qk_ahead``: 0.75-0.82x). H200, 2026-12-01, runs 73-76.
+instructions per step, 1.03-1.05x; shipped). bf16/fp16 rows are gathered by a producer
+warpgroup where the table says so (``TileConfig.producer_warp``,
+:func:`sparse_mla_gluon_ws_kernel`: 1.05-1.07x; shipped). On in no table: the next tile's
+score dots issued during this tile's softmax (``TileConfig.qk_ahead``: 0.75-0.82x). H200,
+2026-12-01, runs 73-81.
 
 Import only where Gluon is available and not under the interpreter (see
 :func:`kernels.attention.gluon_kernels`).
@@ -504,10 +504,12 @@ def sparse_mla_gluon_ws_kernel(
     (``TileConfig.qk_ahead``) the consumers issue the next tile's score dots during this
     tile's softmax: ptxas interleaves them with the exponentials, the consumers still do not
     spill, and ptxas reports no serialization (C7515); it is slower (see the module's
-    docstring). Matches the reference in every GPU test (runs 73-77); on in no table
-    (``TileConfig.producer_warp``) while compute-sanitizer's racecheck reports hazards in it,
-    at the partition hand-over's shared memory, not yet explained (BENCHMARKS.md; the probe
-    benchmarks/ws_handshake_probe.py)."""
+    docstring). Matches the reference in every GPU test (runs 73-81). compute-sanitizer's
+    racecheck reports hazards in it, all between accesses of Triton's hand-over to the
+    partitions (the partition flag, the captured arguments, the exit flag), which a barrier of
+    all threads orders; it reports the same on a kernel with no shared memory of its own once
+    the default warps run a barrier of their own before the partitions, as the compiler puts
+    here (benchmarks/ws_handshake_probe.py; BENCHMARKS.md, run 80)."""
     i_t, h0 = _tile_origin(n_heads, BLOCK_H)
     q_s0, q_s1, q_s2, q_s3, q_sp = _load_q(q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
                                            stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, LAT, D_PE,

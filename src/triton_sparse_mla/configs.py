@@ -167,8 +167,8 @@ C = TileConfig
 # Its bf16/fp16 rows gathered by a producer warpgroup (producer_warp): 1.05-1.07x on decode
 # T=32 and T=128 and on prefill T=4096, 64 and 128 heads (H200, 2026-12-01, runs 75-76).
 # racecheck's reports on it lie in Triton's hand-over to the partitions, and it reports the
-# same on a kernel with no shared memory of its own (run 80; BENCHMARKS.md "The Gluon tile:
-# fp16 operands and a producer warpgroup").
+# same on a kernel with no shared memory of its own (run 80; BENCHMARKS.md "The producer
+# warpgroup shipped").
 _G64 = C(64, 64, 8, 2, exchange_p=True, gluon=True, producer_warp=True)
 # Its fp8_ds_mla rows into fp16 operands (fp8_f16): 1.03-1.05x on decode T=32-512, 64 and 128
 # heads (H200, 2026-12-01, run 73).

@@ -325,13 +325,11 @@ TOGGLE_WORKLOADS = [
 
 
 def main_toggle(path, field, fmt=None, heads=None, base=None):
-    """Each workload's shipped sm90 tile with the boolean ``TileConfig`` field off and on
-    (``FIELD=N``: an integer field at 0 and at N), alternating, twice each; every output is compared with the first variant's. ``fmt``: only
+    """Each workload's shipped sm90 tile with the boolean ``TileConfig`` field off and on,
+    alternating, twice each; every output is compared with the first variant's. ``fmt``: only
     the workloads of that row format (``fp8_f16`` changes nothing on bf16 rows); ``heads``:
     only those head counts; ``base``: another boolean field set in both variants (one that
     ``field`` needs, e.g. ``producer_warp`` for ``qk_ahead``)."""
-    field, _, value = field.partition("=")
-    values = (0, int(value)) if value else (False, True)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     caches = Caches()
     records = []
@@ -344,7 +342,7 @@ def main_toggle(path, field, fmt=None, heads=None, base=None):
         if base:
             tile = dataclasses.replace(tile, **{base: True})
         first = []
-        for on in values * 2:
+        for on in (False, True, False, True):
             t = dataclasses.replace(tile, **{field: on})
             rec, meta = time_against_first(inputs, w, t, fp8, sms, first)
             records.append(dict(rec, field=field, on=on))

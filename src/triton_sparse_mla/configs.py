@@ -86,10 +86,6 @@ class TileConfig:
     # 2026-12-01, run 76): with two ring slots, the dots wait for a tile the producer only
     # began to copy when the step before ended. On in no table.
     qk_ahead: bool = False
-    # With ``producer_warp``: after copying a tile, the producer prefetches into L2 the rows of
-    # the tile this many steps on (0: none), so that its copies, once a ring slot frees, wait
-    # for L2 rather than DRAM (two slots keep at most one tile's copies in flight).
-    l2_ahead: int = 0
 
     @property
     def triton_fp8_f16(self) -> bool:
@@ -104,9 +100,6 @@ class TileConfig:
         if self.producer_warp and not self.gluon:
             raise ValueError("producer_warp: only the Gluon kernel has a producer warp; set gluon "
                              "too")
-        if self.l2_ahead and not self.producer_warp:
-            raise ValueError(f"l2_ahead: only the producer-warp Gluon kernel prefetches; set "
-                             f"producer_warp too (got l2_ahead={self.l2_ahead})")
         if self.qk_ahead and not self.producer_warp:
             raise ValueError("qk_ahead: only the producer-warp Gluon kernel issues its score dots "
                              "ahead; set producer_warp too")
@@ -363,7 +356,7 @@ def plan_launch(family: str, sm_count: int, fp8_cvt: int, *, t_count: int, h_cou
     block_h = min(tile.block_h, max(16, triton.next_power_of_2(h_count)))
     if block_h != tile.block_h:  # (the Gluon kernel has 64 heads only)
         tile = dataclasses.replace(tile, block_h=block_h, gluon=False, producer_warp=False,
-                                   qk_ahead=False, l2_ahead=0)
+                                   qk_ahead=False)
     splits = choose_splits(t_count, triton.cdiv(h_count, block_h), topk, tile.block_n, sm_count,
                            programs_per_sm(family, tile))
     return LaunchPlan(tile=tile, splits=splits, fp8_cvt=fp8_cvt,

@@ -394,8 +394,6 @@ PRODUCER_WARPS, PRODUCER_REGS = gl.constexpr(4), gl.constexpr(24)
 GATHER_W = gl.constexpr(gl.BlockedLayout([1, 8], [2, 16], [PRODUCER_WARPS.value, 1], [1, 0]))
 ROPE_W = gl.constexpr(gl.BlockedLayout([1, 4], [2, 16], [PRODUCER_WARPS.value, 1], [1, 0]))
 PASS_ROWS = gl.constexpr(2 * PRODUCER_WARPS.value)
-# The L2 prefetch of a tile (``L2_AHEAD``): [BLOCK_N, 2], half a row per producer thread.
-HALF_ROWS = gl.constexpr(gl.BlockedLayout([1, 1], [16, 2], [PRODUCER_WARPS.value, 1], [1, 0]))
 
 
 @gluon.jit
@@ -410,45 +408,15 @@ def _pass_ids(p_idx, n0, n_end, PASSES: gl.constexpr):
 
 
 @gluon.jit
-def _l2_ids(p_idx, n0, n_end, n_rows, BLOCK_N: gl.constexpr):
-    """The ids of the rows ``n0 .. n0 + BLOCK_N`` of the token's list in HALF_ROWS' row slice,
-    -1 where past ``n_end`` or invalid (what ``_prefetch_l2`` takes, loaded a step early)."""
-    o_n = n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, HALF_ROWS))
-    b_id = gl.load(p_idx + o_n, mask=o_n < n_end, other=-1)
-    return gl.where((b_id >= 0) & (b_id < n_rows), b_id, -1)
-
-
-@gluon.jit
-def _prefetch_l2(kv_ptr, b_id, stride_kv, LAT: gl.constexpr, D_PE: gl.constexpr):
-    """A prefetch into L2 of the rows ``b_id`` (ids from ``_l2_ids``; -1: none): each thread
-    half a row, as five 128-byte lines (the half rows of a 1152-byte row share its middle
-    line); nothing waits for it."""
-    gl.static_assert(4 * LAT + D_PE == 576, "the asm names a 16-bit row's lines")
-    o_half = gl.arange(0, 2, layout=gl.SliceLayout(0, HALF_ROWS))
-    ok = (b_id >= 0)[:, None] & (o_half >= 0)[None, :]
-    ptrs = (kv_ptr + gl.where(b_id >= 0, b_id, 0).to(gl.int64)[:, None] * stride_kv
-            + o_half[None, :] * ((4 * LAT + D_PE) // 2))
-    gl.inline_asm_elementwise(
-        "{\n .reg .pred p;\n setp.ne.s32 p, $2, 0;\n"
-        " @p prefetch.global.L2 [$1];\n @p prefetch.global.L2 [$1+128];\n"
-        " @p prefetch.global.L2 [$1+256];\n @p prefetch.global.L2 [$1+384];\n"
-        " @p prefetch.global.L2 [$1+512];\n mov.b32 $0, 0;\n}",
-        "=r,l,r", [ptrs, ok.to(gl.int32)], dtype=gl.int32, is_pure=False, pack=1)
-
-
-@gluon.jit
 def _ws_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2, k_s3,
                  kp_smem, ready, free, BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
-                 NS: gl.constexpr, L2_AHEAD: gl.constexpr):
+                 NS: gl.constexpr):
     """The producer warps: for each step, once the consumers freed its ring slot, the
     asynchronous copies of the tile, PASS_ROWS rows per pass, and an arrival on the slot's
-    ``ready`` barrier that lands when this thread's copies have; then (``L2_AHEAD`` > 0) an
-    L2 prefetch of the tile ``L2_AHEAD`` steps on, and the next step's ids."""
+    ``ready`` barrier that lands when this thread's copies have; then the next step's ids."""
     PASSES: gl.constexpr = BLOCK_N // PASS_ROWS
     o_j = gl.arange(0, PASSES, layout=gl.SliceLayout(0, GATHER_W))
     ids = _pass_ids(p_idx, n_start, n_end, PASSES)
-    if L2_AHEAD > 0:
-        l2_ids = _l2_ids(p_idx, n_start + L2_AHEAD * BLOCK_N, n_end, n_rows, BLOCK_N)
     for i in range(n_steps):
         slot = i % NS
         # the slot's previous tile (step i - NS) has been read; the first NS steps pass at once
@@ -459,9 +427,6 @@ def _ws_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0
             _copy_rows(k_s0, k_s1, k_s2, k_s3, kp_smem, kv_ptr, b_idx, b_idx_pe, n_rows, stride_kv,
                        slot, j * PASS_ROWS, GATHER_W, ROPE_W, LAT, D_PE)
         async_copy.mbarrier_arrive(ready.index(slot), increment_count=False)
-        if L2_AHEAD > 0:  # (tile i + L2_AHEAD; then the ids of the one after it)
-            _prefetch_l2(kv_ptr, l2_ids, stride_kv, LAT, D_PE)
-            l2_ids = _l2_ids(p_idx, n_start + (i + 1 + L2_AHEAD) * BLOCK_N, n_end, n_rows, BLOCK_N)
         ids = _pass_ids(p_idx, n_start + (i + 1) * BLOCK_N, n_end, PASSES)
 
 
@@ -529,7 +494,7 @@ def sparse_mla_gluon_ws_kernel(
     stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
     HAS_LEN: gl.constexpr, HAS_SINK: gl.constexpr, PARTIAL: gl.constexpr,
     BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
-    NS: gl.constexpr, QK_AHEAD: gl.constexpr, L2_AHEAD: gl.constexpr,
+    NS: gl.constexpr, QK_AHEAD: gl.constexpr,
 ):
     """sparse_mla_gluon_kernel with its gathers in a producer warpgroup (``gl.warp_specialize``):
     the 8 warps that compute no longer form addresses or issue copies, and wait for a tile on
@@ -567,7 +532,7 @@ def sparse_mla_gluon_ws_kernel(
                          free, p_idx, n_start, n_end, n_steps, n_rows, qk_scale, BLOCK_H, BLOCK_N, LAT,
                          NS, QK_AHEAD)),
          (_ws_producer, (kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2,
-                         k_s3, kp_smem, ready, free, BLOCK_N, LAT, D_PE, NS, L2_AHEAD))],
+                         k_s3, kp_smem, ready, free, BLOCK_N, LAT, D_PE, NS))],
         [PRODUCER_WARPS], [PRODUCER_REGS])
     _epilogue(acc0, acc1, acc2, acc3, b_m, b_l2, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0, n_heads,
               stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h, HAS_SINK, PARTIAL,
@@ -710,14 +675,13 @@ def gluon_kernel(fp8: bool, producer: bool = False):
 
 
 def kernel_args(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, split_size, fp8,
-                f16=False, producer=False, qk_ahead=False, l2_ahead=0):
+                f16=False, producer=False, qk_ahead=False):
     """``(kernel, arguments)`` of a launch, less the output's pointers and strides (the
     launcher adds them for the final or the partial output). Shapes as
     ``kernels.attention.launch_sparse_mla_fwd``; ``q_pe`` is required. ``f16``: fp8_ds_mla
     rows into fp16 operands (``TileConfig.fp8_f16``); ``producer``: bf16/fp16 rows gathered
     by a producer warpgroup (``TileConfig.producer_warp``), with ``qk_ahead`` the next tile's
-    score dots issued during this tile's softmax (``TileConfig.qk_ahead``) and the tile
-    ``l2_ahead`` steps on prefetched into L2 (``TileConfig.l2_ahead``)."""
+    score dots issued during this tile's softmax (``TileConfig.qk_ahead``)."""
     args = dict(
         q_nope_ptr=q_nope, q_pe_ptr=q_pe, kv_ptr=kv, idx_ptr=indices,
         len_ptr=topk_length, sink_ptr=attn_sink,
@@ -732,6 +696,6 @@ def kernel_args(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, spl
     if fp8:
         return gluon_kernel(True), dict(args, F16=f16)
     if producer:
-        return gluon_kernel(False, True), dict(args, NS=NS, QK_AHEAD=qk_ahead, L2_AHEAD=l2_ahead)
+        return gluon_kernel(False, True), dict(args, NS=NS, QK_AHEAD=qk_ahead)
     return gluon_kernel(False), dict(args, NS=NS)
 

@@ -8,10 +8,12 @@ A variant is ``PRE,IN``: the barrier of the default warps before the partitions 
 the one inside the default partition (``IN``), each 0 (none), 1 (barrier 0 with the default
 warps' thread count: the kernels' ``_barrier``, and what the compiler inserts in the producer
 kernel, sparse_mla_gluon_ws_kernel) or 2 (named barrier 3 with the same count, inline PTX).
-The worker has a named barrier of its own whenever either is set, as the producer's. Variants
-1 and 2 order every access alike (the SASS differs only in the barrier's number), so a report
-on one and not the other comes from how the sanitizer treats barrier 0 with a thread count.
-Run (each variant's verdict printed after it; default: all five):
+The worker has a named barrier of its own whenever either is set, as the producer's. Kinds 1
+and 2 order every access alike (the SASS differs only in the barrier's number). Run 80
+(BENCHMARKS.md "The producer warpgroup shipped"): variants 1,1, 2,2 and 1,0 report hazards at
+the hand-over, 0,0 and 0,1 none, so a barrier of the default warps before the partitions,
+of either number, is what the sanitizer reports on. Run (each variant's verdict printed after
+it; default: all five):
 compute-sanitizer --tool racecheck python3 this_file.py [PRE,IN ...]"""
 import sys
 

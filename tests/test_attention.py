@@ -171,14 +171,16 @@ def test_gluon_fp8_operands(p, device):
 
 @pytest.mark.gpu
 @_SM90_ONLY
-@pytest.mark.parametrize("ahead", [False, True], ids=["", "qk_ahead"])
+@pytest.mark.parametrize("extra", [{}, {"qk_ahead": True}, {"wide_producer": True}],
+                         ids=["", "qk_ahead", "wide_producer"])
 @pytest.mark.parametrize("p", [c for c in GLUON_CASES if c.values[0]["fmt"] != "fp8_ds_mla"])
-def test_gluon_producer_warp(p, ahead, device):
+def test_gluon_producer_warp(p, extra, device):
     """The Gluon tile with ``producer_warp`` (its gathers issued by a producer warpgroup, the
     tiles handed over through mbarriers), also with ``qk_ahead`` (the next tile's score dots
-    during this tile's softmax), matches the reference, split and not."""
+    during this tile's softmax) or ``wide_producer`` (8 producer warps), matches the
+    reference, split and not."""
     tile = dataclasses.replace(configs.pick_tile("sm90", t_count=128, h_count=64, fp8=False),
-                               producer_warp=True, qk_ahead=ahead)
+                               producer_warp=True, **extra)
     _check_gluon(p, tile, device)
 
 
@@ -209,6 +211,8 @@ def test_gluon_runs_where_it_applies(device, monkeypatch):
         configs.TileConfig(64, 64, 8, 2, producer_warp=True)
     with pytest.raises(ValueError, match="qk_ahead.*producer_warp"):
         configs.TileConfig(64, 64, 8, 2, gluon=True, qk_ahead=True)
+    with pytest.raises(ValueError, match="wide_producer.*producer_warp"):
+        configs.TileConfig(64, 64, 8, 2, gluon=True, wide_producer=True)
 
 
 def test_exchange_tile_must_own_its_sm(device):

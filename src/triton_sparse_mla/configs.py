@@ -86,6 +86,10 @@ class TileConfig:
     # 2026-12-01, run 76): with two ring slots, the dots wait for a tile the producer only
     # began to copy when the step before ended. On in no table.
     qk_ahead: bool = False
+    # With ``producer_warp``: 8 producer warps instead of 4 (passes of 16 rows, half the
+    # passes per warp; the consumers at 232 registers instead of 240, no spills, Triton 3.6 and
+    # 3.8). Compiled, not yet timed; on in no table.
+    wide_producer: bool = False
 
     @property
     def triton_fp8_f16(self) -> bool:
@@ -100,6 +104,9 @@ class TileConfig:
         if self.producer_warp and not self.gluon:
             raise ValueError("producer_warp: only the Gluon kernel has a producer warp; set gluon "
                              "too")
+        if self.wide_producer and not self.producer_warp:
+            raise ValueError("wide_producer: only the producer-warp Gluon kernel has producer "
+                             "warps; set producer_warp too")
         if self.qk_ahead and not self.producer_warp:
             raise ValueError("qk_ahead: only the producer-warp Gluon kernel issues its score dots "
                              "ahead; set producer_warp too")
@@ -356,7 +363,7 @@ def plan_launch(family: str, sm_count: int, fp8_cvt: int, *, t_count: int, h_cou
     block_h = min(tile.block_h, max(16, triton.next_power_of_2(h_count)))
     if block_h != tile.block_h:  # (the Gluon kernel has 64 heads only)
         tile = dataclasses.replace(tile, block_h=block_h, gluon=False, producer_warp=False,
-                                   qk_ahead=False)
+                                   qk_ahead=False, wide_producer=False)
     splits = choose_splits(t_count, triton.cdiv(h_count, block_h), topk, tile.block_n, sm_count,
                            programs_per_sm(family, tile))
     return LaunchPlan(tile=tile, splits=splits, fp8_cvt=fp8_cvt,

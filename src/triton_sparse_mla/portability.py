@@ -87,10 +87,12 @@ def _main_kernel_variants(tile: configs.TileConfig, cap: int, fp8: bool, family:
                    constexprs, divisible, tile.num_warps, tile.num_stages)
 
 
-def _gluon_variants(fp8: bool, f16: bool = False, producer: bool = False, qk_ahead: bool = False):
+def _gluon_variants(fp8: bool, f16: bool = False, producer: bool = False, qk_ahead: bool = False,
+                    wide_producer: bool = False):
     """The Gluon kernels of a tile with ``gluon`` (kernels/gluon_sm90.py; SM90 only): final
     and partial outputs (``f16``: fp8_ds_mla rows into fp16 operands; ``producer``: bf16 rows
-    with a producer warpgroup, ``qk_ahead`` its next score dots during the softmax)."""
+    with a producer warpgroup, ``qk_ahead`` its next score dots during the softmax,
+    ``wide_producer`` 8 producer warps)."""
     from .kernels import gluon_sm90 as g
 
     kernel = g.gluon_kernel(fp8, producer)
@@ -107,7 +109,7 @@ def _gluon_variants(fp8: bool, f16: bool = False, producer: bool = False, qk_ahe
         else:
             constexprs["NS"] = g.NS
             if producer:
-                constexprs["QK_AHEAD"] = qk_ahead
+                constexprs.update(QK_AHEAD=qk_ahead, PW=8 if wide_producer else 4)
         divisible = {n for n in types if n.endswith("_ptr") or n.startswith("stride_")}
         yield (f"gluon partial={int(partial)}", kernel, types, constexprs, divisible, g.NUM_WARPS, 1)
 
@@ -154,7 +156,8 @@ def check_all(families=None) -> list[dict]:
                 jobs.extend((key, v) for v in _main_kernel_variants(tile, cap, kind == "fp8", family))
                 if tile.gluon and cap // 10 == 9 and gluon_module() is not None:
                     jobs.extend((key, v) for v in _gluon_variants(kind == "fp8", tile.fp8_f16,
-                                                                   tile.producer_warp, tile.qk_ahead))
+                                                                   tile.producer_warp, tile.qk_ahead,
+                                                                   tile.wide_producer))
             jobs.append(("combine", _combine_variant()))
             jobs.extend(("workspace", v) for v in _workspace_variants(cap))
             for key, (label, kernel, types, constexprs, divisible, warps, stages) in jobs:

@@ -390,19 +390,25 @@ def sparse_mla_gluon_kernel(
 # one row per two threads and 32-byte segments per row and copy: 0.97x over a 32K-row cache,
 # 0.48-0.53x over 1M rows, where, we infer, a row read in 36 separate 32-byte pieces costs
 # DRAM more than in 5 whole segments. As below: 1.05-1.07x. H200, 2026-12-01, runs 73-75.)
-PRODUCER_WARPS, PRODUCER_REGS = gl.constexpr(4), gl.constexpr(24)
-GATHER_W = gl.constexpr(gl.BlockedLayout([1, 8], [2, 16], [PRODUCER_WARPS.value, 1], [1, 0]))
-ROPE_W = gl.constexpr(gl.BlockedLayout([1, 4], [2, 16], [PRODUCER_WARPS.value, 1], [1, 0]))
-PASS_ROWS = gl.constexpr(2 * PRODUCER_WARPS.value)
+# The producer has 4 warps, or 8 with ``TileConfig.wide_producer``: each pass then covers 16
+# rows, and the consumers get 232 registers instead of 240. Compiled for sm90 by Triton 3.6,
+# per producer warp and step 153 instructions, 4 barriers (the compiler's, one per pass) and
+# 8 bytes of spills, against 267, 8 and 32 with 4 warps; the consumers do not spill.
+PRODUCER_REGS = gl.constexpr(24)
+GATHER_W4 = gl.constexpr(gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0]))
+ROPE_W4 = gl.constexpr(gl.BlockedLayout([1, 4], [2, 16], [4, 1], [1, 0]))
+GATHER_W8 = gl.constexpr(gl.BlockedLayout([1, 8], [2, 16], [8, 1], [1, 0]))
+ROPE_W8 = gl.constexpr(gl.BlockedLayout([1, 4], [2, 16], [8, 1], [1, 0]))
 
 
 @gluon.jit
-def _pass_ids(p_idx, n0, n_end, PASSES: gl.constexpr):
-    """A step's row ids as the producer copies them: ``[PASS_ROWS, PASSES]`` in GATHER_W,
+def _pass_ids(p_idx, n0, n_end, PASS_ROWS: gl.constexpr, PASSES: gl.constexpr,
+              GATHER: gl.constexpr):
+    """A step's row ids as the producer copies them: ``[PASS_ROWS, PASSES]`` in GATHER,
     entry ``(r, j)`` the id of row ``j * PASS_ROWS + r`` of the tile, -1 past ``n_end``; each
     thread holds its row's ids of every pass."""
-    o_r = gl.arange(0, PASS_ROWS, layout=gl.SliceLayout(1, GATHER_W))
-    o_j = gl.arange(0, PASSES, layout=gl.SliceLayout(0, GATHER_W))
+    o_r = gl.arange(0, PASS_ROWS, layout=gl.SliceLayout(1, GATHER))
+    o_j = gl.arange(0, PASSES, layout=gl.SliceLayout(0, GATHER))
     o_n = n0 + o_j[None, :] * PASS_ROWS + o_r[:, None]
     return gl.load(p_idx + o_n, mask=o_n < n_end, other=-1)
 
@@ -410,24 +416,27 @@ def _pass_ids(p_idx, n0, n_end, PASSES: gl.constexpr):
 @gluon.jit
 def _ws_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2, k_s3,
                  kp_smem, ready, free, BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
-                 NS: gl.constexpr):
-    """The producer warps: for each step, once the consumers freed its ring slot, the
-    asynchronous copies of the tile, PASS_ROWS rows per pass, and an arrival on the slot's
+                 NS: gl.constexpr, PW: gl.constexpr):
+    """The ``PW`` producer warps: for each step, once the consumers freed its ring slot, the
+    asynchronous copies of the tile, ``2 * PW`` rows per pass, and an arrival on the slot's
     ``ready`` barrier that lands when this thread's copies have; then the next step's ids."""
+    GATHER: gl.constexpr = GATHER_W8 if PW == 8 else GATHER_W4
+    ROPE: gl.constexpr = ROPE_W8 if PW == 8 else ROPE_W4
+    PASS_ROWS: gl.constexpr = 2 * PW
     PASSES: gl.constexpr = BLOCK_N // PASS_ROWS
-    o_j = gl.arange(0, PASSES, layout=gl.SliceLayout(0, GATHER_W))
-    ids = _pass_ids(p_idx, n_start, n_end, PASSES)
+    o_j = gl.arange(0, PASSES, layout=gl.SliceLayout(0, GATHER))
+    ids = _pass_ids(p_idx, n_start, n_end, PASS_ROWS, PASSES, GATHER)
     for i in range(n_steps):
         slot = i % NS
         # the slot's previous tile (step i - NS) has been read; the first NS steps pass at once
         mbarrier.wait(free.index(slot), ((i // NS) & 1) ^ 1)
         for j in gl.static_range(PASSES):
             b_idx = gl.sum(gl.where(o_j[None, :] == j, ids, 0), axis=1)  # (a register: in-thread)
-            b_idx_pe = gl.convert_layout(b_idx, gl.SliceLayout(1, ROPE_W), assert_trivial=True)
+            b_idx_pe = gl.convert_layout(b_idx, gl.SliceLayout(1, ROPE), assert_trivial=True)
             _copy_rows(k_s0, k_s1, k_s2, k_s3, kp_smem, kv_ptr, b_idx, b_idx_pe, n_rows, stride_kv,
-                       slot, j * PASS_ROWS, GATHER_W, ROPE_W, LAT, D_PE)
+                       slot, j * PASS_ROWS, GATHER, ROPE, LAT, D_PE)
         async_copy.mbarrier_arrive(ready.index(slot), increment_count=False)
-        ids = _pass_ids(p_idx, n_start + (i + 1) * BLOCK_N, n_end, PASSES)
+        ids = _pass_ids(p_idx, n_start + (i + 1) * BLOCK_N, n_end, PASS_ROWS, PASSES, GATHER)
 
 
 @gluon.jit
@@ -494,7 +503,7 @@ def sparse_mla_gluon_ws_kernel(
     stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
     HAS_LEN: gl.constexpr, HAS_SINK: gl.constexpr, PARTIAL: gl.constexpr,
     BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
-    NS: gl.constexpr, QK_AHEAD: gl.constexpr,
+    NS: gl.constexpr, QK_AHEAD: gl.constexpr, PW: gl.constexpr,
 ):
     """sparse_mla_gluon_kernel with its gathers in a producer warpgroup (``gl.warp_specialize``):
     the 8 warps that compute no longer form addresses or issue copies, and wait for a tile on
@@ -519,7 +528,7 @@ def sparse_mla_gluon_ws_kernel(
     ready = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
     free = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
     for j in gl.static_range(NS):
-        mbarrier.init(ready.index(j), count=32 * PRODUCER_WARPS)  # one copy-completion per thread
+        mbarrier.init(ready.index(j), count=32 * PW)  # one copy-completion per producer thread
         mbarrier.init(free.index(j), count=1)
     fence_async_shared()  # q's stores and the barriers' initialisation, before the partitions
     _barrier()
@@ -532,8 +541,8 @@ def sparse_mla_gluon_ws_kernel(
                          free, p_idx, n_start, n_end, n_steps, n_rows, qk_scale, BLOCK_H, BLOCK_N, LAT,
                          NS, QK_AHEAD)),
          (_ws_producer, (kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2,
-                         k_s3, kp_smem, ready, free, BLOCK_N, LAT, D_PE, NS))],
-        [PRODUCER_WARPS], [PRODUCER_REGS])
+                         k_s3, kp_smem, ready, free, BLOCK_N, LAT, D_PE, NS, PW))],
+        [PW], [PRODUCER_REGS])
     _epilogue(acc0, acc1, acc2, acc3, b_m, b_l2, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0, n_heads,
               stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h, HAS_SINK, PARTIAL,
               BLOCK_H, LAT)
@@ -675,13 +684,14 @@ def gluon_kernel(fp8: bool, producer: bool = False):
 
 
 def kernel_args(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, split_size, fp8,
-                f16=False, producer=False, qk_ahead=False):
+                f16=False, producer=False, qk_ahead=False, wide_producer=False):
     """``(kernel, arguments)`` of a launch, less the output's pointers and strides (the
     launcher adds them for the final or the partial output). Shapes as
     ``kernels.attention.launch_sparse_mla_fwd``; ``q_pe`` is required. ``f16``: fp8_ds_mla
     rows into fp16 operands (``TileConfig.fp8_f16``); ``producer``: bf16/fp16 rows gathered
     by a producer warpgroup (``TileConfig.producer_warp``), with ``qk_ahead`` the next tile's
-    score dots issued during this tile's softmax (``TileConfig.qk_ahead``)."""
+    score dots issued during this tile's softmax (``TileConfig.qk_ahead``), with
+    ``wide_producer`` by 8 producer warps instead of 4 (``TileConfig.wide_producer``)."""
     args = dict(
         q_nope_ptr=q_nope, q_pe_ptr=q_pe, kv_ptr=kv, idx_ptr=indices,
         len_ptr=topk_length, sink_ptr=attn_sink,
@@ -696,6 +706,7 @@ def kernel_args(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, spl
     if fp8:
         return gluon_kernel(True), dict(args, F16=f16)
     if producer:
-        return gluon_kernel(False, True), dict(args, NS=NS, QK_AHEAD=qk_ahead)
+        return gluon_kernel(False, True), dict(args, NS=NS, QK_AHEAD=qk_ahead,
+                                                 PW=8 if wide_producer else 4)
     return gluon_kernel(False), dict(args, NS=NS)
 

@@ -158,12 +158,14 @@ def test_probabilities_through_scratch_halve_the_score_work(tmp_path):
 
 _GLUON_PROBE = r"""
 import json, re, sys
-from triton_sparse_mla import portability
+from triton_sparse_mla import configs, portability
 out = {}
 for fp8, f16, producer, ahead in ((False, False, False, False), (True, False, False, False),
                                   (True, True, False, False), (False, False, True, False),
                                   (False, False, True, True)):
-    for label, kernel, types, cx, div, warps, stages in portability._gluon_variants(fp8, f16, producer, ahead):
+    tile = configs.TileConfig(64, 64, 8, 2, exchange_p=True, gluon=True, fp8_f16=f16,
+                              producer_warp=producer, qk_ahead=ahead)
+    for label, kernel, types, cx, div, warps, stages in portability._gluon_variants(tile, fp8):
         k = portability._compile(kernel, types, cx, div, 90, warps, stages)
         ptx = k.asm["ptx"]
         out[f"{fp8}/{f16}/{producer}/{ahead}/{label}"] = dict(
@@ -203,7 +205,8 @@ for cap, family in ((90, "sm90"), (120, "sm86")):
     ptx = portability._compile(kernel, types, cx, div, cap, warps, stages).asm["ptx"]
     out[f"sm{cap}"] = dict(q_scale=cx["Q_SCALE"],
                            f32_scaled=len(re.findall(SCALED, ptx)))
-label, kernel, types, cx, div, warps, stages = next(iter(portability._gluon_variants(True, f16=True)))
+tile = configs.TileConfig(64, 64, 8, 2, exchange_p=True, gluon=True, fp8_f16=True)
+label, kernel, types, cx, div, warps, stages = next(iter(portability._gluon_variants(tile, True)))
 ptx = portability._compile(kernel, types, cx, div, 90, warps, stages).asm["ptx"]
 from triton_sparse_mla.kernels import gluon_sm90
 out["gluon"] = dict(q_scale=gluon_sm90.Q_F16_SCALE.value, f32_scaled=len(re.findall(SCALED, ptx)))

@@ -87,15 +87,12 @@ def _main_kernel_variants(tile: configs.TileConfig, cap: int, fp8: bool, family:
                    constexprs, divisible, tile.num_warps, tile.num_stages)
 
 
-def _gluon_variants(fp8: bool, f16: bool = False, producer: bool = False, qk_ahead: bool = False,
-                    wide_producer: bool = False):
-    """The Gluon kernels of a tile with ``gluon`` (kernels/gluon_sm90.py; SM90 only): final
-    and partial outputs (``f16``: fp8_ds_mla rows into fp16 operands; ``producer``: bf16 rows
-    with a producer warpgroup, ``qk_ahead`` its next score dots during the softmax,
-    ``wide_producer`` 8 producer warps)."""
+def _gluon_variants(tile: configs.TileConfig, fp8: bool):
+    """The Gluon kernels of a tile with ``gluon`` (kernels/gluon_sm90.py; SM90 only) for a row
+    format, final and partial outputs, with the tile's constexprs as the launcher sets them."""
     from .kernels import gluon_sm90 as g
 
-    kernel = g.gluon_kernel(fp8, producer)
+    kernel, tile_constexprs = g.tile_variant(tile, fp8)
     names = _jit_fn(kernel).arg_names
     for partial in (False, True):
         types = {n: "i32" for n in names if n.startswith(("n_", "topk", "split_size", "stride_"))}
@@ -103,13 +100,7 @@ def _gluon_variants(fp8: bool, f16: bool = False, producer: bool = False, qk_ahe
                      idx_ptr="*i32", len_ptr="*i32", sink_ptr="*fp32",
                      out_ptr="*fp32" if partial else "*bf16", lse_ptr="*fp32", qk_scale="fp32")
         constexprs = dict(HAS_LEN=True, HAS_SINK=True, PARTIAL=partial, BLOCK_H=g.BLOCK_H,
-                          BLOCK_N=g.BLOCK_N, LAT=g.LAT, D_PE=g.D_PE)
-        if fp8:
-            constexprs["F16"] = f16
-        else:
-            constexprs["NS"] = g.NS
-            if producer:
-                constexprs.update(QK_AHEAD=qk_ahead, PW=8 if wide_producer else 4)
+                          BLOCK_N=g.BLOCK_N, LAT=g.LAT, D_PE=g.D_PE, **tile_constexprs)
         divisible = {n for n in types if n.endswith("_ptr") or n.startswith("stride_")}
         yield (f"gluon partial={int(partial)}", kernel, types, constexprs, divisible, g.NUM_WARPS, 1)
 
@@ -155,9 +146,7 @@ def check_all(families=None) -> list[dict]:
                 key = f"{phase}/{kind}/{tile.block_h}x{tile.block_n}"
                 jobs.extend((key, v) for v in _main_kernel_variants(tile, cap, kind == "fp8", family))
                 if tile.gluon and cap // 10 == 9 and gluon_module() is not None:
-                    jobs.extend((key, v) for v in _gluon_variants(kind == "fp8", tile.fp8_f16,
-                                                                   tile.producer_warp, tile.qk_ahead,
-                                                                   tile.wide_producer))
+                    jobs.extend((key, v) for v in _gluon_variants(tile, kind == "fp8"))
             jobs.append(("combine", _combine_variant()))
             jobs.extend(("workspace", v) for v in _workspace_variants(cap))
             for key, (label, kernel, types, constexprs, divisible, warps, stages) in jobs:

@@ -433,9 +433,7 @@ def launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_
     gluon = gluon_kernels(tile, q_nope, kv, d_pe, fp8, interpret)
     if gluon is not None:
         kernel, args = gluon.kernel_args(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale,
-                                         split_size, fp8, f16=fp8 and tile.fp8_f16,
-                                         producer=tile.producer_warp, qk_ahead=tile.qk_ahead,
-                                         wide_producer=tile.wide_producer)
+                                         split_size, fp8, tile)
         return launch_with_combine(kernel, grid, args, out, lse, attn_sink, splits)
     fp8_f16 = fp8 and tile.triton_fp8_f16
     dtype, q_scale = operand_dtype(q_nope.dtype, fp8_f16)

@@ -683,15 +683,26 @@ def gluon_kernel(fp8: bool, producer: bool = False):
     return sparse_mla_gluon_ws_kernel if producer else sparse_mla_gluon_kernel
 
 
-def kernel_args(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, split_size, fp8,
-                f16=False, producer=False, qk_ahead=False, wide_producer=False):
-    """``(kernel, arguments)`` of a launch, less the output's pointers and strides (the
-    launcher adds them for the final or the partial output). Shapes as
-    ``kernels.attention.launch_sparse_mla_fwd``; ``q_pe`` is required. ``f16``: fp8_ds_mla
-    rows into fp16 operands (``TileConfig.fp8_f16``); ``producer``: bf16/fp16 rows gathered
-    by a producer warpgroup (``TileConfig.producer_warp``), with ``qk_ahead`` the next tile's
-    score dots issued during this tile's softmax (``TileConfig.qk_ahead``), with
-    ``wide_producer`` by 8 producer warps instead of 4 (``TileConfig.wide_producer``)."""
+def tile_variant(tile, fp8: bool):
+    """``(kernel, constexprs)`` that a ``TileConfig`` with ``gluon`` selects for a row format:
+    the kernel (fp8_ds_mla, plain, or with a producer warpgroup) and the constexprs that depend
+    on the tile's fields. The launcher and portability's compile check both take them from
+    here."""
+    if fp8:
+        return gluon_kernel(True), dict(F16=tile.fp8_f16)
+    if tile.producer_warp:
+        return gluon_kernel(False, True), dict(NS=NS, QK_AHEAD=tile.qk_ahead,
+                                               PW=8 if tile.wide_producer else 4)
+    return gluon_kernel(False), dict(NS=NS)
+
+
+def kernel_args(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, split_size, fp8, tile):
+    """``(kernel, arguments)`` of a launch of ``tile`` (a ``TileConfig`` with ``gluon``; see
+    ``tile_variant``), less the output's pointers and strides (the launcher adds them for the
+    final or the partial output). Shapes as ``kernels.attention.launch_sparse_mla_fwd``;
+    ``q_pe`` is required."""
+    kernel, constexprs = tile_variant(tile, fp8)
+    f16 = fp8 and tile.fp8_f16
     args = dict(
         q_nope_ptr=q_nope, q_pe_ptr=q_pe, kv_ptr=kv, idx_ptr=indices,
         len_ptr=topk_length, sink_ptr=attn_sink,
@@ -703,10 +714,5 @@ def kernel_args(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, spl
         stride_kv=kv.stride(0), stride_idx_t=indices.stride(0),
         HAS_LEN=topk_length is not None, HAS_SINK=attn_sink is not None,
         BLOCK_H=BLOCK_H, BLOCK_N=BLOCK_N, LAT=LAT, D_PE=D_PE, num_warps=NUM_WARPS)
-    if fp8:
-        return gluon_kernel(True), dict(args, F16=f16)
-    if producer:
-        return gluon_kernel(False, True), dict(args, NS=NS, QK_AHEAD=qk_ahead,
-                                                 PW=8 if wide_producer else 4)
-    return gluon_kernel(False), dict(args, NS=NS)
+    return kernel, dict(args, **constexprs)
 

@@ -31,9 +31,10 @@ Gluon tile").
 fp8_ds_mla rows go into fp16 operands where the table says so (``TileConfig.fp8_f16``: 890
 instructions per step, 1.03-1.05x; shipped). bf16/fp16 rows are gathered by a producer
 warpgroup where the table says so (``TileConfig.producer_warp``,
-:func:`sparse_mla_gluon_ws_kernel`: 1.05-1.07x; shipped). On in no table: the next tile's
-score dots issued during this tile's softmax (``TileConfig.qk_ahead``: 0.75-0.82x). H200,
-2026-12-01, runs 73-81.
+:func:`sparse_mla_gluon_ws_kernel`: 1.05-1.07x; shipped), of 8 warps where the table says so
+(``TileConfig.wide_producer``: 1.00-1.04x, 1.16x with random lengths; shipped, run 87). On in
+no table: the next tile's score dots issued during this tile's softmax
+(``TileConfig.qk_ahead``: 0.75-0.82x). H200, 2026-12-01 and -02, runs 73-87.
 
 Import only where Gluon is available and not under the interpreter (see
 :func:`kernels.attention.gluon_kernels`).
@@ -393,7 +394,9 @@ def sparse_mla_gluon_kernel(
 # The producer has 4 warps, or 8 with ``TileConfig.wide_producer``: each pass then covers 16
 # rows, and the consumers get 232 registers instead of 240. Compiled for sm90 by Triton 3.6,
 # per producer warp and step 153 instructions, 4 barriers (the compiler's, one per pass) and
-# 8 bytes of spills, against 267, 8 and 32 with 4 warps; the consumers do not spill.
+# 8 bytes of spills, against 267, 8 and 32 with 4 warps; the consumers do not spill. Timed:
+# 1.03-1.04x on decode T=32-128 (1.16x with random lengths) and 1.00-1.02x on prefill, 64 and
+# 128 heads (H200, 2026-12-02, run 87); sm90's table ships it.
 PRODUCER_REGS = gl.constexpr(24)
 GATHER_W4 = gl.constexpr(gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0]))
 ROPE_W4 = gl.constexpr(gl.BlockedLayout([1, 4], [2, 16], [4, 1], [1, 0]))

@@ -176,9 +176,9 @@ C = TileConfig
 # racecheck's reports on it lie in Triton's hand-over to the partitions, and it reports the
 # same on a kernel with no shared memory of its own (run 80; BENCHMARKS.md "The producer
 # warpgroup shipped").
-# With 8 producer warps (wide_producer): 1.03-1.04x on decode T=32-128 and 1.16x on T=128 with
-# random lengths, 64 heads; 1.01-1.02x on prefill T=4096 over 1M rows and over 32K rows with 128
-# heads, 0.996-1.01x with 64 (H200, 2026-12-02, run 87; BENCHMARKS.md "Eight producer warps").
+# With 8 producer warps (wide_producer): 1.02-1.04x on decode T=32 and T=128 (1.16x with random
+# lengths), 1.00-1.02x on prefill T=4096, 64 and 128 heads (H200, 2026-12-02, run 87;
+# BENCHMARKS.md "Eight producer warps").
 _G64 = C(64, 64, 8, 2, exchange_p=True, gluon=True, producer_warp=True, wide_producer=True)
 # Its fp8_ds_mla rows into fp16 operands (fp8_f16): 1.03-1.05x on decode T=32-512, 64 and 128
 # heads (H200, 2026-12-01, run 73).

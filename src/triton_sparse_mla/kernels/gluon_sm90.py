@@ -395,8 +395,8 @@ def sparse_mla_gluon_kernel(
 # rows, and the consumers get 232 registers instead of 240. Compiled for sm90 by Triton 3.6,
 # per producer warp and step 153 instructions, 4 barriers (the compiler's, one per pass) and
 # 8 bytes of spills, against 267, 8 and 32 with 4 warps; the consumers do not spill. Timed:
-# 1.03-1.04x on decode T=32-128 (1.16x with random lengths) and 1.00-1.02x on prefill, 64 and
-# 128 heads (H200, 2026-12-02, run 87); sm90's table ships it.
+# 1.02-1.04x on decode T=32 and T=128 (1.16x with random lengths) and 1.00-1.02x on prefill,
+# 64 and 128 heads (H200, 2026-12-02, run 87); sm90's table ships it.
 PRODUCER_REGS = gl.constexpr(24)
 GATHER_W4 = gl.constexpr(gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0]))
 ROPE_W4 = gl.constexpr(gl.BlockedLayout([1, 4], [2, 16], [4, 1], [1, 0]))

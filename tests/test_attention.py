@@ -171,14 +171,18 @@ def test_gluon_fp8_operands(p, device):
 
 @pytest.mark.gpu
 @_SM90_ONLY
-@pytest.mark.parametrize("extra", [{}, {"qk_ahead": True}, {"wide_producer": True}],
-                         ids=["", "qk_ahead", "wide_producer"])
+@pytest.mark.parametrize("extra", [{"wide_producer": False}, {"wide_producer": True},
+                                   {"qk_ahead": True, "wide_producer": False},
+                                   {"pingpong": True, "wide_producer": True},
+                                   {"pingpong": True, "wide_producer": False}],
+                         ids=["4 warps", "8 warps", "qk_ahead", "pingpong", "pingpong 4 warps"])
 @pytest.mark.parametrize("p", [c for c in GLUON_CASES if c.values[0]["fmt"] != "fp8_ds_mla"])
 def test_gluon_producer_warp(p, extra, device):
-    """The Gluon tile with ``producer_warp`` (its gathers issued by a producer warpgroup, the
-    tiles handed over through mbarriers), also with ``qk_ahead`` (the next tile's score dots
-    during this tile's softmax) or ``wide_producer`` (8 producer warps), matches the
-    reference, split and not."""
+    """The Gluon tile with ``producer_warp`` (its gathers issued by a producer warpgroup of 4
+    or 8 warps, the tiles handed over through mbarriers), also with ``qk_ahead`` (the next
+    tile's score dots during this tile's softmax) or ``pingpong`` (the two consumer
+    warpgroups on alternate tiles, with odd and even step counts among the cases), matches
+    the reference, split and not."""
     tile = dataclasses.replace(configs.pick_tile("sm90", t_count=128, h_count=64, fp8=False),
                                producer_warp=True, **extra)
     _check_gluon(p, tile, device)
@@ -213,6 +217,11 @@ def test_gluon_runs_where_it_applies(device, monkeypatch):
         configs.TileConfig(64, 64, 8, 2, gluon=True, qk_ahead=True)
     with pytest.raises(ValueError, match="wide_producer.*producer_warp"):
         configs.TileConfig(64, 64, 8, 2, gluon=True, wide_producer=True)
+    with pytest.raises(ValueError, match="pingpong.*producer_warp"):
+        configs.TileConfig(64, 64, 8, 2, gluon=True, pingpong=True)
+    with pytest.raises(ValueError, match="pingpong.*qk_ahead"):
+        configs.TileConfig(64, 64, 8, 2, gluon=True, producer_warp=True, pingpong=True,
+                           qk_ahead=True)
 
 
 def test_exchange_tile_must_own_its_sm(device):

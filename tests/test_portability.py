@@ -193,6 +193,41 @@ def test_gluon_kernels_issue_dots_in_groups(tmp_path):
         assert c["pv"] == 4 * 64 // 16 and c["waits"] == (3 if ahead else 2), (variant, c)
 
 
+_PINGPONG_PROBE = r"""
+import json, re, sys
+from triton_sparse_mla import configs, portability
+out = {}
+for wide in (False, True):
+    tile = configs.TileConfig(64, 64, 8, 2, exchange_p=True, gluon=True, producer_warp=True,
+                              wide_producer=wide, pingpong=True)
+    for label, kernel, types, cx, div, warps, stages in portability._gluon_variants(tile, False):
+        k = portability._compile(kernel, types, cx, div, 90, warps, stages)
+        ptx = k.asm["ptx"]
+        out[f"{wide}/{label}"] = dict(
+            shared=k.metadata.shared, warps=warps,
+            qk=len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16", ptx)),
+            pv=len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n128k16", ptx)),
+            regs=sorted(set(int(r) for r in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", ptx))))
+json.dump(out, open(sys.argv[1], "w"))
+"""
+
+
+def test_gluon_pingpong_kernel_compiles(tmp_path):
+    """The alternate-tile Gluon kernel (kernels/gluon_pingpong.py, ``TileConfig.pingpong``),
+    4 and 8 producer warps, final and partial outputs, compiles with this Triton for sm90:
+    within its shared memory, each warpgroup's score dots 64 rows wide (36 per tile, one tile
+    per warpgroup) and its PV dots 128 columns wide (two output tiles, 4 dots each over its
+    own tile and the other's), and the consumers' and producer's register counts requested
+    (the 4-warp kernel's own warps plus the two worker partitions)."""
+    counts = _probe(_PINGPONG_PROBE, tmp_path)
+    assert len(counts) == 4, counts
+    for variant, c in counts.items():
+        assert c["shared"] <= configs.SMEM_LIMIT["sm90"] and c["warps"] == 4, (variant, c)
+        assert c["qk"] == 2 * 576 // 16 and c["pv"] == 2 * 2 * 2 * 64 // 16, (variant, c)
+        consumers = 232 if variant.startswith("True") else 240
+        assert {consumers, 24} <= set(c["regs"]), (variant, c)
+
+
 _Q_SCALE_PROBE = r"""
 import json, re, sys
 from triton_sparse_mla import configs, portability

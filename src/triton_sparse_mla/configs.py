@@ -88,8 +88,13 @@ class TileConfig:
     qk_ahead: bool = False
     # With ``producer_warp``: 8 producer warps instead of 4 (passes of 16 rows, half the
     # passes per warp; the consumers at 232 registers instead of 240, no spills, Triton 3.6 and
-    # 3.8). Compiled, not yet timed; on in no table.
+    # 3.8). 1.00-1.04x, 1.16x with random lengths (H200, 2026-12-02, run 87); shipped.
     wide_producer: bool = False
+    # With ``producer_warp``: the two consumer warpgroups on alternate tiles, the output's
+    # columns split between them (kernels/gluon_pingpong.py), so that one's score dots run
+    # during the other's softmax. bf16/fp16 rows; fp8_ds_mla rows ignore it. Compiled, not
+    # yet timed; on in no table.
+    pingpong: bool = False
 
     @property
     def triton_fp8_f16(self) -> bool:
@@ -107,6 +112,12 @@ class TileConfig:
         if self.wide_producer and not self.producer_warp:
             raise ValueError("wide_producer: only the producer-warp Gluon kernel has producer "
                              "warps; set producer_warp too")
+        if self.pingpong and not self.producer_warp:
+            raise ValueError("pingpong: the alternate-tile Gluon kernel has a producer "
+                             "warpgroup; set producer_warp too")
+        if self.pingpong and self.qk_ahead:
+            raise ValueError("pingpong: the alternate-tile Gluon kernel has no qk_ahead; unset "
+                             "one of them")
         if self.qk_ahead and not self.producer_warp:
             raise ValueError("qk_ahead: only the producer-warp Gluon kernel issues its score dots "
                              "ahead; set producer_warp too")
@@ -366,7 +377,7 @@ def plan_launch(family: str, sm_count: int, fp8_cvt: int, *, t_count: int, h_cou
     block_h = min(tile.block_h, max(16, triton.next_power_of_2(h_count)))
     if block_h != tile.block_h:  # (the Gluon kernel has 64 heads only)
         tile = dataclasses.replace(tile, block_h=block_h, gluon=False, producer_warp=False,
-                                   qk_ahead=False, wide_producer=False)
+                                   qk_ahead=False, wide_producer=False, pingpong=False)
     splits = choose_splits(t_count, triton.cdiv(h_count, block_h), topk, tile.block_n, sm_count,
                            programs_per_sm(family, tile))
     return LaunchPlan(tile=tile, splits=splits, fp8_cvt=fp8_cvt,

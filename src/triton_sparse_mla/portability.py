@@ -92,7 +92,7 @@ def _gluon_variants(tile: configs.TileConfig, fp8: bool):
     format, final and partial outputs, with the tile's constexprs as the launcher sets them."""
     from .kernels import gluon_sm90 as g
 
-    kernel, tile_constexprs = g.tile_variant(tile, fp8)
+    kernel, tile_constexprs, num_warps = g.tile_variant(tile, fp8)
     names = _jit_fn(kernel).arg_names
     for partial in (False, True):
         types = {n: "i32" for n in names if n.startswith(("n_", "topk", "split_size", "stride_"))}
@@ -102,7 +102,7 @@ def _gluon_variants(tile: configs.TileConfig, fp8: bool):
         constexprs = dict(HAS_LEN=True, HAS_SINK=True, PARTIAL=partial, BLOCK_H=g.BLOCK_H,
                           BLOCK_N=g.BLOCK_N, LAT=g.LAT, D_PE=g.D_PE, **tile_constexprs)
         divisible = {n for n in types if n.endswith("_ptr") or n.startswith("stride_")}
-        yield (f"gluon partial={int(partial)}", kernel, types, constexprs, divisible, g.NUM_WARPS, 1)
+        yield (f"gluon partial={int(partial)}", kernel, types, constexprs, divisible, num_warps, 1)
 
 
 def _combine_variant():

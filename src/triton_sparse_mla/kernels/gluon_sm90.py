@@ -155,26 +155,27 @@ def _q_tile(p_q, m_h, LAYOUT: gl.constexpr, WIDTH: gl.constexpr, TO_F16: gl.cons
 @gluon.jit
 def _load_q(q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t, stride_qn_h, stride_qp_t,
             stride_qp_h, BLOCK_H: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
-            F16: gl.constexpr):
-    """q of this program's heads into shared memory, once: four latent tiles and the rope.
-    With F16 (fp8_ds_mla rows into fp16 operands) the latent tiles become fp16 and the rope
-    stays bf16 (the rows' rope is bf16), both scaled by Q_F16_SCALE."""
-    o_h = h0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, GATHER))
+            F16: gl.constexpr, G: gl.constexpr = GATHER, G_PE: gl.constexpr = GATHER_PE):
+    """q of this program's heads into shared memory, once: four latent tiles and the rope,
+    loaded in layouts ``G`` and ``G_PE`` (those of the program's warps). With F16 (fp8_ds_mla
+    rows into fp16 operands) the latent tiles become fp16 and the rope stays bf16 (the rows'
+    rope is bf16), both scaled by Q_F16_SCALE."""
+    o_h = h0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, G))
     p_q = q_nope_ptr + i_t * stride_qn_t + o_h * stride_qn_h
     m_h = o_h < n_heads
-    q_s0 = _q_tile(p_q, m_h, GATHER, LAT, F16)
-    q_s1 = _q_tile(p_q + LAT, m_h, GATHER, LAT, F16)
-    q_s2 = _q_tile(p_q + 2 * LAT, m_h, GATHER, LAT, F16)
-    q_s3 = _q_tile(p_q + 3 * LAT, m_h, GATHER, LAT, F16)
-    o_h2 = h0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, GATHER_PE))
+    q_s0 = _q_tile(p_q, m_h, G, LAT, F16)
+    q_s1 = _q_tile(p_q + LAT, m_h, G, LAT, F16)
+    q_s2 = _q_tile(p_q + 2 * LAT, m_h, G, LAT, F16)
+    q_s3 = _q_tile(p_q + 3 * LAT, m_h, G, LAT, F16)
+    o_h2 = h0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, G_PE))
     p_qp = q_pe_ptr + i_t * stride_qp_t + o_h2 * stride_qp_h
     if F16:
-        o_p = gl.arange(0, D_PE, layout=gl.SliceLayout(0, GATHER_PE))
+        o_p = gl.arange(0, D_PE, layout=gl.SliceLayout(0, G_PE))
         b_qp = gl.load(p_qp[:, None] + o_p[None, :], mask=(o_h2 < n_heads)[:, None], other=0.0)
         q_sp = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, D_PE], SMEM,
                                          (b_qp.to(gl.float32) * Q_F16_SCALE).to(gl.bfloat16))
     else:
-        q_sp = _q_tile(p_qp, o_h2 < n_heads, GATHER_PE, D_PE, False)
+        q_sp = _q_tile(p_qp, o_h2 < n_heads, G_PE, D_PE, False)
     return q_s0, q_s1, q_s2, q_s3, q_sp
 
 
@@ -687,16 +688,21 @@ def gluon_kernel(fp8: bool, producer: bool = False):
 
 
 def tile_variant(tile, fp8: bool):
-    """``(kernel, constexprs)`` that a ``TileConfig`` with ``gluon`` selects for a row format:
-    the kernel (fp8_ds_mla, plain, or with a producer warpgroup) and the constexprs that depend
-    on the tile's fields. The launcher and portability's compile check both take them from
-    here."""
+    """``(kernel, constexprs, num_warps)`` that a ``TileConfig`` with ``gluon`` selects for a
+    row format: the kernel (fp8_ds_mla, plain, with a producer warpgroup, or with its
+    consumers on alternate tiles: kernels/gluon_pingpong.py), the constexprs that depend on
+    the tile's fields, and the warps it is launched with. The launcher and portability's
+    compile check both take them from here."""
     if fp8:
-        return gluon_kernel(True), dict(F16=tile.fp8_f16)
+        return gluon_kernel(True), dict(F16=tile.fp8_f16), NUM_WARPS
+    pw = 8 if tile.wide_producer else 4
+    if tile.pingpong:
+        from . import gluon_pingpong
+
+        return gluon_pingpong.sparse_mla_gluon_pp_kernel, dict(PW=pw), gluon_pingpong.NUM_WARPS
     if tile.producer_warp:
-        return gluon_kernel(False, True), dict(NS=NS, QK_AHEAD=tile.qk_ahead,
-                                               PW=8 if tile.wide_producer else 4)
-    return gluon_kernel(False), dict(NS=NS)
+        return gluon_kernel(False, True), dict(NS=NS, QK_AHEAD=tile.qk_ahead, PW=pw), NUM_WARPS
+    return gluon_kernel(False), dict(NS=NS), NUM_WARPS
 
 
 def kernel_args(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, split_size, fp8, tile):
@@ -704,7 +710,7 @@ def kernel_args(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, spl
     ``tile_variant``), less the output's pointers and strides (the launcher adds them for the
     final or the partial output). Shapes as ``kernels.attention.launch_sparse_mla_fwd``;
     ``q_pe`` is required."""
-    kernel, constexprs = tile_variant(tile, fp8)
+    kernel, constexprs, num_warps = tile_variant(tile, fp8)
     f16 = fp8 and tile.fp8_f16
     args = dict(
         q_nope_ptr=q_nope, q_pe_ptr=q_pe, kv_ptr=kv, idx_ptr=indices,
@@ -716,6 +722,6 @@ def kernel_args(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, spl
         stride_qp_t=q_pe.stride(0), stride_qp_h=q_pe.stride(1),
         stride_kv=kv.stride(0), stride_idx_t=indices.stride(0),
         HAS_LEN=topk_length is not None, HAS_SINK=attn_sink is not None,
-        BLOCK_H=BLOCK_H, BLOCK_N=BLOCK_N, LAT=LAT, D_PE=D_PE, num_warps=NUM_WARPS)
+        BLOCK_H=BLOCK_H, BLOCK_N=BLOCK_N, LAT=LAT, D_PE=D_PE, num_warps=num_warps)
     return kernel, dict(args, **constexprs)
 

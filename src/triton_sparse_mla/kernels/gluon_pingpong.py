@@ -1,0 +1,378 @@
+"""sm90's 64-head Gluon tile with its two consumer warpgroups on alternate tiles
+(``TileConfig.pingpong``; bf16/fp16 rows).
+
+In kernels/gluon_sm90.py's tiles both warpgroups work on the same 64 gathered rows in lockstep:
+each computes the scores of 32 of them, the two exchange the row max, and both wait while the
+other's softmax runs, so the tensor cores idle through every softmax. Here each warpgroup
+computes the scores of whole tiles, warpgroup 0 the even tiles of the program's top-k range and
+warpgroup 1 the odd ones, and the output's 512 latent columns are split instead: warpgroup 0
+accumulates columns 0-255 and warpgroup 1 columns 256-511, over every tile. Per pair of tiles
+(ring slot 0 holds the even tile, slot 1 the odd one):
+
+* warpgroup 0: scores of tile 0; its row max ``m0`` (with the running max) to warpgroup 1;
+  probabilities ``P0`` against ``m0``; PV of ``P0`` (registers) into its columns; once
+  warpgroup 1 sent the pair's joint max ``M``, ``P0`` in ``M``'s terms into shared memory for
+  warpgroup 1, its accumulators rescaled by ``2^(m0 - M)``, then PV of warpgroup 1's ``P1``
+  (shared memory) over tile 1's rows into its columns;
+* warpgroup 1: scores of tile 1 (issued while warpgroup 0 is on tile 0's softmax); ``M``,
+  the max of ``m0`` and its own; ``P1`` against ``M``; PV of ``P1`` into its columns, ``P1``
+  into shared memory; then PV of ``P0`` over tile 0's rows into its columns.
+
+So one warpgroup's score dots run while the other's softmax does, and each tile's scores are
+computed once, by one warpgroup with instructions 64 rows wide (q read once per tile, not
+twice as in the lockstep tile). Each probability tile goes into the rope tile of its own slot,
+which its score dots have finished reading. The slots are filled by a producer partition
+(``PW`` warps, as ``sparse_mla_gluon_ws_kernel``'s) in halves, each with a ``ready`` and a
+``free`` mbarrier: a slot's latent columns 0-255 and 256-511 are read by different
+warpgroups' PV dots and are refilled as soon as their reader is done.
+
+Shared memory: q 72 KB, two slots of 64 rows 144 KB, the row max exchange 0.5 KB: 216.5 KB.
+
+Import only where Gluon is available and not under the interpreter (as gluon_sm90).
+"""
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
+                                                              warpgroup_mma_wait)
+
+from .gluon_sm90 import (FLAT1, GATHER_W4, GATHER_W8, LN2, PRODUCER_REGS, ROPE_W4, ROPE_W8, SMEM,
+                         _NOT_SPECIALIZED, _barrier, _load_q, _pass_ids, _ring_rows, _row_ids,
+                         _split_range, _tile_origin)
+
+# The kernel's own warps: warpgroup 0 (the default partition); warpgroup 1 and the producer are
+# worker partitions.
+NUM_WARPS = 4
+# Each warpgroup: a score tile of 64 heads x 64 rows, two output tiles of 64 heads x 128 columns.
+S_L = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                             instr_shape=[16, 64, 16]))
+O_L = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                             instr_shape=[16, 128, 16]))
+P_OP = gl.constexpr(gl.DotOperandLayout(operand_index=0, parent=O_L, k_width=2))
+ROWS_L = gl.constexpr(gl.SliceLayout(1, S_L))
+# q loaded by warpgroup 0 alone, 16 bytes per thread.
+Q_PE_W4 = gl.constexpr(gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0]))
+# The consumers' registers: two warpgroups at 232 and 8 producer warps at 24 fill the register
+# file (2 x 128 x 232 + 256 x 24 = 65536); with 4 producer warps, 240 (62,464).
+CONSUMER_REGS_W8 = gl.constexpr(232)
+CONSUMER_REGS_W4 = gl.constexpr(240)
+
+
+@gluon.jit
+def _copy_half(ka, kb, kp, kv_ptr, ids, o_j, n_rows, stride_kv, slot, col0, ROPE_TOO: gl.constexpr,
+               GATHER: gl.constexpr, ROPE: gl.constexpr, PASS_ROWS: gl.constexpr,
+               PASSES: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr):
+    """The asynchronous copies of one half of a tile into ring slot ``slot``: latent columns
+    ``col0 : col0 + 2 * LAT`` into ``ka`` and ``kb``, and with ROPE_TOO the rope into ``kp``;
+    ``ids`` as ``gluon_sm90._pass_ids`` gives them; invalid ids are zero-filled."""
+    o_c = gl.arange(0, LAT, layout=gl.SliceLayout(0, GATHER))
+    for j in gl.static_range(PASSES):
+        b_idx = gl.sum(gl.where(o_j[None, :] == j, ids, 0), axis=1)  # (a register: in-thread)
+        m_n = (b_idx >= 0) & (b_idx < n_rows)
+        ptrs = (kv_ptr + b_idx.to(gl.int64) * stride_kv + col0)[:, None] + o_c[None, :]
+        async_copy.async_copy_global_to_shared(_ring_rows(ka, slot, j * PASS_ROWS, PASS_ROWS), ptrs,
+                                               mask=m_n[:, None])
+        async_copy.async_copy_global_to_shared(_ring_rows(kb, slot, j * PASS_ROWS, PASS_ROWS),
+                                               ptrs + LAT, mask=m_n[:, None])
+        if ROPE_TOO:
+            b_idx_pe = gl.convert_layout(b_idx, gl.SliceLayout(1, ROPE), assert_trivial=True)
+            m_p = (b_idx_pe >= 0) & (b_idx_pe < n_rows)
+            o_p = gl.arange(0, D_PE, layout=gl.SliceLayout(0, ROPE))
+            p_pe = (kv_ptr + b_idx_pe.to(gl.int64) * stride_kv + 4 * LAT)[:, None] + o_p[None, :]
+            async_copy.async_copy_global_to_shared(_ring_rows(kp, slot, j * PASS_ROWS, PASS_ROWS),
+                                                   p_pe, mask=m_p[:, None])
+
+
+@gluon.jit
+def _pp_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2, k_s3,
+                 kp_s, bars, BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
+                 PW: gl.constexpr):
+    """The producer: per pair of tiles, the halves in the order they free: slot 0's columns
+    0-255 (warpgroup 0's), slot 1's 256-511 (warpgroup 1's), then slot 0's 256-511 with its
+    rope and slot 1's 0-255 with its rope (each read by the other warpgroup's PV dots too).
+    Each half waits for its ``free`` barrier and ends with an arrival on its ``ready``
+    barrier that lands when this thread's copies have."""
+    GATHER: gl.constexpr = GATHER_W8 if PW == 8 else GATHER_W4
+    ROPE: gl.constexpr = ROPE_W8 if PW == 8 else ROPE_W4
+    PASS_ROWS: gl.constexpr = 2 * PW
+    PASSES: gl.constexpr = BLOCK_N // PASS_ROWS
+    o_j = gl.arange(0, PASSES, layout=gl.SliceLayout(0, GATHER))
+    ids0 = _pass_ids(p_idx, n_start, n_end, PASS_ROWS, PASSES, GATHER)
+    ids1 = _pass_ids(p_idx, n_start + BLOCK_N, n_end, PASS_ROWS, PASSES, GATHER)
+    for j in range(gl.cdiv(n_steps, 2)):
+        ph = (j & 1) ^ 1  # the previous pair's phase; the first pair passes at once
+        has1 = 2 * j + 1 < n_steps
+        mbarrier.wait(bars.index(_FREE_A0), ph)
+        _copy_half(k_s0, k_s1, kp_s, kv_ptr, ids0, o_j, n_rows, stride_kv, 0, 0, False, GATHER, ROPE,
+                   PASS_ROWS, PASSES, LAT, D_PE)
+        async_copy.mbarrier_arrive(bars.index(_READY_A0), increment_count=False)
+        if has1:
+            mbarrier.wait(bars.index(_FREE_B1), ph)
+            _copy_half(k_s2, k_s3, kp_s, kv_ptr, ids1, o_j, n_rows, stride_kv, 1, 2 * LAT, False, GATHER,
+                       ROPE, PASS_ROWS, PASSES, LAT, D_PE)
+            async_copy.mbarrier_arrive(bars.index(_READY_B1), increment_count=False)
+        mbarrier.wait(bars.index(_FREE_B0), ph)
+        _copy_half(k_s2, k_s3, kp_s, kv_ptr, ids0, o_j, n_rows, stride_kv, 0, 2 * LAT, True, GATHER,
+                   ROPE, PASS_ROWS, PASSES, LAT, D_PE)
+        async_copy.mbarrier_arrive(bars.index(_READY_B0), increment_count=False)
+        if has1:
+            mbarrier.wait(bars.index(_FREE_A1), ph)
+            _copy_half(k_s0, k_s1, kp_s, kv_ptr, ids1, o_j, n_rows, stride_kv, 1, 0, True, GATHER, ROPE,
+                       PASS_ROWS, PASSES, LAT, D_PE)
+            async_copy.mbarrier_arrive(bars.index(_READY_A1), increment_count=False)
+        ids0 = _pass_ids(p_idx, n_start + (2 * j + 2) * BLOCK_N, n_end, PASS_ROWS, PASSES, GATHER)
+        ids1 = _pass_ids(p_idx, n_start + (2 * j + 3) * BLOCK_N, n_end, PASS_ROWS, PASSES, GATHER)
+
+
+# The mbarriers, one allocation: each slot's halves' ready (count: the producer's threads) and
+# free (count 1), the row max and joint max of each pair, each probability tile, and the two
+# denominators at the end (count 1 each).
+_READY_A0, _READY_B0, _READY_A1, _READY_B1 = (gl.constexpr(i) for i in range(4))
+_FREE_A0, _FREE_B0, _FREE_A1, _FREE_B1 = (gl.constexpr(i) for i in range(4, 8))
+_MAX0, _MAX_JOINT, _P0, _P1, _L0, _L1 = (gl.constexpr(i) for i in range(8, 14))
+_N_BARS = gl.constexpr(14)
+
+
+@gluon.jit
+def _arrive(bars, which: gl.constexpr):
+    """One arrival on ``bars[which]`` for the warpgroup, once all its threads got here."""
+    _barrier()
+    mbarrier.arrive(bars.index(which), count=1)
+
+
+@gluon.jit
+def _masked_scores(s, p_idx, n0, n_end, n_rows, qk_scale, BLOCK_N: gl.constexpr):
+    """Scores of entries ``idx[n0:n0 + BLOCK_N]`` scaled to base 2, invalid entries -inf."""
+    b_idx = _row_ids(p_idx, n0, n_end, gl.SliceLayout(0, S_L), BLOCK_N)
+    m_n = (b_idx >= 0) & (b_idx < n_rows)
+    return gl.where(m_n[None, :], s * qk_scale, float("-inf"))
+
+
+@gluon.jit
+def _rows_to_o(v):
+    """A per-head vector (ROWS_L) as a column to scale the output tiles by."""
+    return gl.convert_layout(v, gl.SliceLayout(1, O_L))[:, None]
+
+
+@gluon.jit
+def _pp_wg0(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, m_smem, l_smem, bars, p_idx,
+            n_start, n_end, n_steps, n_rows, qk_scale, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
+            LAT: gl.constexpr):
+    """Warpgroup 0: the even tiles' scores and output columns 0-255 (module docstring).
+    Returns its two output tiles, the final max and the whole denominator (both warpgroups')."""
+    b_m = gl.full([BLOCK_H], -1.0e30, gl.float32, layout=ROWS_L)
+    b_l = gl.zeros([BLOCK_H], gl.float32, layout=ROWS_L)
+    acc_a = gl.zeros([BLOCK_H, LAT], gl.float32, layout=O_L)
+    acc_b = gl.zeros([BLOCK_H, LAT], gl.float32, layout=O_L)
+    s_zero = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=S_L)
+    for j in range(gl.cdiv(n_steps, 2)):
+        ph = j & 1
+        # the even tile's scores: its columns 0-255 first (the half refilled first)
+        mbarrier.wait(bars.index(_READY_A0), ph)
+        fence_async_shared()  # the copies (generic proxy) before the wgmma's reads (async proxy)
+        s = warpgroup_mma(q_s0, k_s0.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        s = warpgroup_mma(q_s1, k_s1.index(0).permute((1, 0)), s, is_async=True)
+        mbarrier.wait(bars.index(_READY_B0), ph)
+        fence_async_shared()
+        s = warpgroup_mma(q_s2, k_s2.index(0).permute((1, 0)), s, is_async=True)
+        s = warpgroup_mma(q_s3, k_s3.index(0).permute((1, 0)), s, is_async=True)
+        s = warpgroup_mma(q_sp, kp_s.index(0).permute((1, 0)), s, is_async=True)
+        s = warpgroup_mma_wait(0, deps=[s])
+        s = _masked_scores(s, p_idx, n_start + 2 * j * BLOCK_N, n_end, n_rows, qk_scale, BLOCK_N)
+        m_0 = gl.maximum(b_m, gl.max(s, axis=1))
+        m_smem.index(0).store(m_0)
+        _arrive(bars, _MAX0)
+        p = gl.exp2(s - m_0[:, None])
+        alpha = gl.exp2(b_m - m_0)
+        b_l = b_l * alpha + gl.sum(p, axis=1)
+        a_o = _rows_to_o(alpha)
+        acc_a = acc_a * a_o
+        acc_b = acc_b * a_o
+        p_op = gl.convert_layout(p.to(k_s0.dtype), P_OP)
+        acc_a = warpgroup_mma(p_op, k_s0.index(0), acc_a, is_async=True)
+        acc_b = warpgroup_mma(p_op, k_s1.index(0), acc_b, is_async=True)
+        # the pair's joint max, from warpgroup 1; P0 in its terms for warpgroup 1's PV dots,
+        # into the even slot's rope tile (this tile's score dots, its only reader, are done)
+        mbarrier.wait(bars.index(_MAX_JOINT), ph)
+        m_new = m_smem.index(1).load(ROWS_L)
+        beta = gl.exp2(m_0 - m_new)
+        kp_s.index(0).store((p * beta[:, None]).to(kp_s.dtype))
+        fence_async_shared()
+        _arrive(bars, _P0)
+        acc_a, acc_b = warpgroup_mma_wait(0, deps=[acc_a, acc_b])
+        _arrive(bars, _FREE_A0)
+        b_o = _rows_to_o(beta)
+        acc_a = acc_a * b_o
+        acc_b = acc_b * b_o
+        b_l = b_l * beta
+        b_m = m_new
+        if 2 * j + 1 < n_steps:
+            # the odd tile's rows, with warpgroup 1's probabilities (shared memory)
+            mbarrier.wait(bars.index(_P1), ph)
+            acc_a = warpgroup_mma(kp_s.index(1), k_s0.index(1), acc_a, is_async=True)
+            acc_b = warpgroup_mma(kp_s.index(1), k_s1.index(1), acc_b, is_async=True)
+            acc_a, acc_b = warpgroup_mma_wait(0, deps=[acc_a, acc_b])
+            _arrive(bars, _FREE_A1)
+    return acc_a, acc_b, b_m, _whole_denominator(b_l, l_smem, bars, 0)
+
+
+@gluon.jit
+def _pp_wg1(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, m_smem, l_smem, bars, p_idx,
+            n_start, n_end, n_steps, n_rows, qk_scale, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0,
+            n_heads, stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
+            HAS_SINK: gl.constexpr, PARTIAL: gl.constexpr, BLOCK_H: gl.constexpr,
+            BLOCK_N: gl.constexpr, LAT: gl.constexpr):
+    """Warpgroup 1: the odd tiles' scores and output columns 256-511 (module docstring),
+    which it writes itself (a worker partition returns nothing)."""
+    b_m = gl.full([BLOCK_H], -1.0e30, gl.float32, layout=ROWS_L)
+    b_l = gl.zeros([BLOCK_H], gl.float32, layout=ROWS_L)
+    acc_c = gl.zeros([BLOCK_H, LAT], gl.float32, layout=O_L)
+    acc_d = gl.zeros([BLOCK_H, LAT], gl.float32, layout=O_L)
+    s_zero = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=S_L)
+    for j in range(gl.cdiv(n_steps, 2)):
+        ph = j & 1
+        has1 = 2 * j + 1 < n_steps
+        s = s_zero
+        if has1:
+            # the odd tile's scores: its columns 256-511 first (the half refilled first)
+            mbarrier.wait(bars.index(_READY_B1), ph)
+            fence_async_shared()
+            s = warpgroup_mma(q_s2, k_s2.index(1).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+            s = warpgroup_mma(q_s3, k_s3.index(1).permute((1, 0)), s, is_async=True)
+            mbarrier.wait(bars.index(_READY_A1), ph)
+            fence_async_shared()
+            s = warpgroup_mma(q_s0, k_s0.index(1).permute((1, 0)), s, is_async=True)
+            s = warpgroup_mma(q_s1, k_s1.index(1).permute((1, 0)), s, is_async=True)
+            s = warpgroup_mma(q_sp, kp_s.index(1).permute((1, 0)), s, is_async=True)
+            s = warpgroup_mma_wait(0, deps=[s])
+        # (without an odd tile every entry is masked: its max is -inf, its probabilities 0)
+        s = _masked_scores(s, p_idx, n_start + (2 * j + 1) * BLOCK_N, n_end, n_rows, qk_scale, BLOCK_N)
+        mbarrier.wait(bars.index(_MAX0), ph)
+        m_new = gl.maximum(m_smem.index(0).load(ROWS_L), gl.max(s, axis=1))
+        m_smem.index(1).store(m_new)
+        _arrive(bars, _MAX_JOINT)
+        alpha = gl.exp2(b_m - m_new)
+        a_o = _rows_to_o(alpha)
+        acc_c = acc_c * a_o
+        acc_d = acc_d * a_o
+        b_m = m_new
+        p = gl.exp2(s - m_new[:, None])
+        b_l = b_l * alpha + gl.sum(p, axis=1)
+        if has1:
+            p_op = gl.convert_layout(p.to(k_s2.dtype), P_OP)
+            acc_c = warpgroup_mma(p_op, k_s2.index(1), acc_c, is_async=True)
+            acc_d = warpgroup_mma(p_op, k_s3.index(1), acc_d, is_async=True)
+            # P1 for warpgroup 0's PV dots, into the odd slot's rope tile (read by the score
+            # dots above, which are done)
+            kp_s.index(1).store(p.to(kp_s.dtype))
+            fence_async_shared()
+            _arrive(bars, _P1)
+            acc_c, acc_d = warpgroup_mma_wait(0, deps=[acc_c, acc_d])
+            _arrive(bars, _FREE_B1)
+        # the even tile's rows, with warpgroup 0's probabilities (shared memory)
+        mbarrier.wait(bars.index(_P0), ph)
+        acc_c = warpgroup_mma(kp_s.index(0), k_s2.index(0), acc_c, is_async=True)
+        acc_d = warpgroup_mma(kp_s.index(0), k_s3.index(0), acc_d, is_async=True)
+        acc_c, acc_d = warpgroup_mma_wait(0, deps=[acc_c, acc_d])
+        _arrive(bars, _FREE_B0)
+    b_l = _whole_denominator(b_l, l_smem, bars, 1)
+    _pp_epilogue(acc_c, acc_d, 2 * LAT, b_m, b_l, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0, n_heads,
+                 stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h, HAS_SINK, PARTIAL,
+                 False, BLOCK_H, LAT)
+
+
+@gluon.jit
+def _whole_denominator(b_l, l_smem, bars, wg: gl.constexpr):
+    """Warpgroup ``wg``'s denominator (its tiles', in the final max's terms) plus the other's,
+    exchanged through shared memory; the same sum, in the same order, in both."""
+    l_smem.index(wg).store(b_l)
+    _arrive(bars, _L0 + wg)
+    mbarrier.wait(bars.index(_L1 - wg), 0)
+    return l_smem.index(0).load(ROWS_L) + l_smem.index(1).load(ROWS_L)
+
+
+@gluon.jit
+def _pp_epilogue(acc_x, acc_y, col0, b_m, b_l, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0, n_heads,
+                 stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h, HAS_SINK: gl.constexpr,
+                 PARTIAL: gl.constexpr, WRITES_LSE: gl.constexpr, BLOCK_H: gl.constexpr,
+                 LAT: gl.constexpr):
+    """A warpgroup's output columns ``col0 : col0 + 2 * LAT`` (final, with lse and sink, or
+    with PARTIAL the partial output and base-2 lse: gluon_sm90._epilogue's conventions); the
+    lse written where WRITES_LSE."""
+    m_nonempty = b_l > 0.0
+    b_inv_l = 1.0 / gl.where(m_nonempty, b_l, 1.0)
+    b_lse2 = gl.where(m_nonempty, b_m + gl.log2(gl.where(m_nonempty, b_l, 1.0)), float("-inf"))
+    o_hs = h0 + gl.arange(0, BLOCK_H, layout=ROWS_L)
+    m_hs = o_hs < n_heads
+    if PARTIAL:
+        if WRITES_LSE:
+            gl.store(lse_ptr + i_t * stride_lse_t + o_hs * stride_lse_h + i_s, b_lse2, mask=m_hs)
+    else:
+        if HAS_SINK:  # kernels/common.sink_factor, which Gluon code cannot call
+            b_lse = b_lse2 * LN2
+            b_sink = gl.load(sink_ptr + o_hs, mask=m_hs, other=0.0)
+            b_inv_l = b_inv_l * gl.where(b_lse2 == float("-inf"), 0.0, 1.0 / (1.0 + gl.exp(b_sink - b_lse)))
+        if WRITES_LSE:
+            if lse_ptr is not None:
+                gl.store(lse_ptr + i_t * stride_lse_t + o_hs * stride_lse_h, b_lse2 * LN2, mask=m_hs)
+    inv_l = _rows_to_o(b_inv_l)
+    o_ho = h0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, O_L))
+    o_co = col0 + gl.arange(0, LAT, layout=gl.SliceLayout(0, O_L))
+    p_o = out_ptr + i_t * stride_o_t + i_s * stride_o_s + o_ho[:, None] * stride_o_h + o_co[None, :]
+    m_o = (o_ho < n_heads)[:, None]
+    gl.store(p_o, (acc_x * inv_l).to(out_ptr.dtype.element_ty), mask=m_o)
+    gl.store(p_o + LAT, (acc_y * inv_l).to(out_ptr.dtype.element_ty), mask=m_o)
+
+
+@gluon.jit(do_not_specialize=_NOT_SPECIALIZED)
+def sparse_mla_gluon_pp_kernel(
+    q_nope_ptr, q_pe_ptr, kv_ptr, idx_ptr, len_ptr, sink_ptr, out_ptr, lse_ptr,
+    qk_scale, n_rows, n_heads, topk, split_size,
+    stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h, stride_kv, stride_idx_t,
+    stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
+    HAS_LEN: gl.constexpr, HAS_SINK: gl.constexpr, PARTIAL: gl.constexpr,
+    BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
+    PW: gl.constexpr,
+):
+    """One program (one token x 64 heads x one split of its top-k) over rows of q's dtype, as
+    gluon_sm90's kernels, with the two consumer warpgroups on alternate tiles (module
+    docstring) and ``PW`` producer warps."""
+    i_t, h0 = _tile_origin(n_heads, BLOCK_H)
+    q_s0, q_s1, q_s2, q_s3, q_sp = _load_q(q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
+                                           stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, LAT, D_PE,
+                                           False, GATHER_W4, Q_PE_W4)
+    dtype: gl.constexpr = kv_ptr.dtype.element_ty
+    k_s0 = gl.allocate_shared_memory(dtype, [2, BLOCK_N, LAT], SMEM)
+    k_s1 = gl.allocate_shared_memory(dtype, [2, BLOCK_N, LAT], SMEM)
+    k_s2 = gl.allocate_shared_memory(dtype, [2, BLOCK_N, LAT], SMEM)
+    k_s3 = gl.allocate_shared_memory(dtype, [2, BLOCK_N, LAT], SMEM)
+    # the rope, then P: a probability tile [BLOCK_H, BLOCK_N] takes its slot's rope tile
+    gl.static_assert((BLOCK_H == BLOCK_N) & (D_PE == BLOCK_N))
+    kp_s = gl.allocate_shared_memory(dtype, [2, BLOCK_N, D_PE], SMEM)
+    m_smem = gl.allocate_shared_memory(gl.float32, [2, BLOCK_H], FLAT1)  # m0, then M
+    l_smem = gl.allocate_shared_memory(gl.float32, [2, BLOCK_H], FLAT1)
+    bars = gl.allocate_shared_memory(gl.int64, [_N_BARS, 1], mbarrier.MBarrierLayout())
+    for j in gl.static_range(4):
+        mbarrier.init(bars.index(_READY_A0 + j), count=32 * PW)  # one per producer thread
+    for j in gl.static_range(_N_BARS - 4):
+        mbarrier.init(bars.index(_FREE_A0 + j), count=1)
+    fence_async_shared()  # q's stores and the barriers' initialisation, before the partitions
+    _barrier()
+
+    i_s = gl.program_id(1)
+    n_start, n_end, n_steps = _split_range(len_ptr, i_t, i_s, split_size, topk, HAS_LEN, BLOCK_N)
+    p_idx = idx_ptr + i_t * stride_idx_t
+    acc_a, acc_b, b_m, b_l = gl.warp_specialize(
+        [(_pp_wg0, (q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, m_smem, l_smem, bars,
+                    p_idx, n_start, n_end, n_steps, n_rows, qk_scale, BLOCK_H, BLOCK_N, LAT)),
+         (_pp_wg1, (q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, m_smem, l_smem, bars,
+                    p_idx, n_start, n_end, n_steps, n_rows, qk_scale, sink_ptr, out_ptr, lse_ptr, i_t,
+                    i_s, h0, n_heads, stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
+                    HAS_SINK, PARTIAL, BLOCK_H, BLOCK_N, LAT)),
+         (_pp_producer, (kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2,
+                         k_s3, kp_s, bars, BLOCK_N, LAT, D_PE, PW))],
+        [4, PW], [CONSUMER_REGS_W8 if PW == 8 else CONSUMER_REGS_W4, PRODUCER_REGS])
+    _pp_epilogue(acc_a, acc_b, 0, b_m, b_l, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0, n_heads,
+                 stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h, HAS_SINK, PARTIAL,
+                 True, BLOCK_H, LAT)

@@ -56,7 +56,7 @@ Q_PE_W4 = gl.constexpr(gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0]))
 # The consumers' registers: two warpgroups at 232 and 8 producer warps at 24 fill the register
 # file (2 x 128 x 232 + 256 x 24 = 65536); with 4 producer warps, 240 (62,464).
 CONSUMER_REGS_W8 = gl.constexpr(232)
-CONSUMER_REGS_W4 = gl.constexpr(240)
+CONSUMER_REGS_W4 = gl.constexpr(232)
 
 
 @gluon.jit
@@ -98,31 +98,36 @@ def _pp_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0
     PASS_ROWS: gl.constexpr = 2 * PW
     PASSES: gl.constexpr = BLOCK_N // PASS_ROWS
     o_j = gl.arange(0, PASSES, layout=gl.SliceLayout(0, GATHER))
-    ids0 = _pass_ids(p_idx, n_start, n_end, PASS_ROWS, PASSES, GATHER)
-    ids1 = _pass_ids(p_idx, n_start + BLOCK_N, n_end, PASS_ROWS, PASSES, GATHER)
+    # Each half's row ids are loaded a half ahead, during the wait for its slot: the producer
+    # holds one half's ids at a time (24 registers).
+    ids = _pass_ids(p_idx, n_start, n_end, PASS_ROWS, PASSES, GATHER)
     for j in range(gl.cdiv(n_steps, 2)):
         ph = (j & 1) ^ 1  # the previous pair's phase; the first pair passes at once
         has1 = 2 * j + 1 < n_steps
+        n0 = n_start + 2 * j * BLOCK_N
+        e, o = _slots(j, n_steps)
         mbarrier.wait(bars.index(_FREE_A0), ph)
-        _copy_half(k_s0, k_s1, kp_s, kv_ptr, ids0, o_j, n_rows, stride_kv, 0, 0, False, GATHER, ROPE,
+        _copy_half(k_s0, k_s1, kp_s, kv_ptr, ids, o_j, n_rows, stride_kv, e, 0, False, GATHER, ROPE,
                    PASS_ROWS, PASSES, LAT, D_PE)
         async_copy.mbarrier_arrive(bars.index(_READY_A0), increment_count=False)
+        ids = _pass_ids(p_idx, n0 + BLOCK_N, n_end, PASS_ROWS, PASSES, GATHER)
         if has1:
             mbarrier.wait(bars.index(_FREE_B1), ph)
-            _copy_half(k_s2, k_s3, kp_s, kv_ptr, ids1, o_j, n_rows, stride_kv, 1, 2 * LAT, False, GATHER,
+            _copy_half(k_s2, k_s3, kp_s, kv_ptr, ids, o_j, n_rows, stride_kv, o, 2 * LAT, False, GATHER,
                        ROPE, PASS_ROWS, PASSES, LAT, D_PE)
             async_copy.mbarrier_arrive(bars.index(_READY_B1), increment_count=False)
+        ids = _pass_ids(p_idx, n0, n_end, PASS_ROWS, PASSES, GATHER)
         mbarrier.wait(bars.index(_FREE_B0), ph)
-        _copy_half(k_s2, k_s3, kp_s, kv_ptr, ids0, o_j, n_rows, stride_kv, 0, 2 * LAT, True, GATHER,
+        _copy_half(k_s2, k_s3, kp_s, kv_ptr, ids, o_j, n_rows, stride_kv, e, 2 * LAT, True, GATHER,
                    ROPE, PASS_ROWS, PASSES, LAT, D_PE)
         async_copy.mbarrier_arrive(bars.index(_READY_B0), increment_count=False)
+        ids = _pass_ids(p_idx, n0 + BLOCK_N, n_end, PASS_ROWS, PASSES, GATHER)
         if has1:
             mbarrier.wait(bars.index(_FREE_A1), ph)
-            _copy_half(k_s0, k_s1, kp_s, kv_ptr, ids1, o_j, n_rows, stride_kv, 1, 0, True, GATHER, ROPE,
+            _copy_half(k_s0, k_s1, kp_s, kv_ptr, ids, o_j, n_rows, stride_kv, o, 0, True, GATHER, ROPE,
                        PASS_ROWS, PASSES, LAT, D_PE)
             async_copy.mbarrier_arrive(bars.index(_READY_A1), increment_count=False)
-        ids0 = _pass_ids(p_idx, n_start + (2 * j + 2) * BLOCK_N, n_end, PASS_ROWS, PASSES, GATHER)
-        ids1 = _pass_ids(p_idx, n_start + (2 * j + 3) * BLOCK_N, n_end, PASS_ROWS, PASSES, GATHER)
+        ids = _pass_ids(p_idx, n0 + 2 * BLOCK_N, n_end, PASS_ROWS, PASSES, GATHER)
 
 
 # The mbarriers, one allocation: each slot's halves' ready (count: the producer's threads) and
@@ -132,6 +137,17 @@ _READY_A0, _READY_B0, _READY_A1, _READY_B1 = (gl.constexpr(i) for i in range(4))
 _FREE_A0, _FREE_B0, _FREE_A1, _FREE_B1 = (gl.constexpr(i) for i in range(4, 8))
 _MAX0, _MAX_JOINT, _P0, _P1, _L0, _L1 = (gl.constexpr(i) for i in range(8, 14))
 _N_BARS = gl.constexpr(14)
+
+
+@gluon.jit
+def _slots(j, n_steps):
+    """The ring slots of the even and the odd tile, 0 and 1, computed from pair ``j`` and
+    ``n_steps`` (``n_steps < 2^30``) so that the compiler cannot hoist the slots' addresses
+    and wgmma descriptors out of the loops: hoisted, they stay live across the loop and the
+    partitions spill (Triton 3.6, sm90: 79 spill instructions in warpgroup 0, 50 in the
+    producer)."""
+    e = (j + n_steps) >> 30
+    return e, e + 1
 
 
 @gluon.jit
@@ -157,10 +173,12 @@ def _rows_to_o(v):
 
 @gluon.jit
 def _pp_wg0(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, m_smem, l_smem, bars, p_idx,
-            n_start, n_end, n_steps, n_rows, qk_scale, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
-            LAT: gl.constexpr):
-    """Warpgroup 0: the even tiles' scores and output columns 0-255 (module docstring).
-    Returns its two output tiles, the final max and the whole denominator (both warpgroups')."""
+            n_start, n_end, n_steps, n_rows, qk_scale, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0,
+            n_heads, stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
+            HAS_SINK: gl.constexpr, PARTIAL: gl.constexpr, BLOCK_H: gl.constexpr,
+            BLOCK_N: gl.constexpr, LAT: gl.constexpr):
+    """Warpgroup 0: the even tiles' scores and output columns 0-255 (module docstring), which
+    it writes, with the lse."""
     b_m = gl.full([BLOCK_H], -1.0e30, gl.float32, layout=ROWS_L)
     b_l = gl.zeros([BLOCK_H], gl.float32, layout=ROWS_L)
     acc_a = gl.zeros([BLOCK_H, LAT], gl.float32, layout=O_L)
@@ -168,16 +186,17 @@ def _pp_wg0(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, m_smem, 
     s_zero = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=S_L)
     for j in range(gl.cdiv(n_steps, 2)):
         ph = j & 1
+        e, o = _slots(j, n_steps)
         # the even tile's scores: its columns 0-255 first (the half refilled first)
         mbarrier.wait(bars.index(_READY_A0), ph)
         fence_async_shared()  # the copies (generic proxy) before the wgmma's reads (async proxy)
-        s = warpgroup_mma(q_s0, k_s0.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-        s = warpgroup_mma(q_s1, k_s1.index(0).permute((1, 0)), s, is_async=True)
+        s = warpgroup_mma(q_s0, k_s0.index(e).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        s = warpgroup_mma(q_s1, k_s1.index(e).permute((1, 0)), s, is_async=True)
         mbarrier.wait(bars.index(_READY_B0), ph)
         fence_async_shared()
-        s = warpgroup_mma(q_s2, k_s2.index(0).permute((1, 0)), s, is_async=True)
-        s = warpgroup_mma(q_s3, k_s3.index(0).permute((1, 0)), s, is_async=True)
-        s = warpgroup_mma(q_sp, kp_s.index(0).permute((1, 0)), s, is_async=True)
+        s = warpgroup_mma(q_s2, k_s2.index(e).permute((1, 0)), s, is_async=True)
+        s = warpgroup_mma(q_s3, k_s3.index(e).permute((1, 0)), s, is_async=True)
+        s = warpgroup_mma(q_sp, kp_s.index(e).permute((1, 0)), s, is_async=True)
         s = warpgroup_mma_wait(0, deps=[s])
         s = _masked_scores(s, p_idx, n_start + 2 * j * BLOCK_N, n_end, n_rows, qk_scale, BLOCK_N)
         m_0 = gl.maximum(b_m, gl.max(s, axis=1))
@@ -190,14 +209,14 @@ def _pp_wg0(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, m_smem, 
         acc_a = acc_a * a_o
         acc_b = acc_b * a_o
         p_op = gl.convert_layout(p.to(k_s0.dtype), P_OP)
-        acc_a = warpgroup_mma(p_op, k_s0.index(0), acc_a, is_async=True)
-        acc_b = warpgroup_mma(p_op, k_s1.index(0), acc_b, is_async=True)
+        acc_a = warpgroup_mma(p_op, k_s0.index(e), acc_a, is_async=True)
+        acc_b = warpgroup_mma(p_op, k_s1.index(e), acc_b, is_async=True)
         # the pair's joint max, from warpgroup 1; P0 in its terms for warpgroup 1's PV dots,
         # into the even slot's rope tile (this tile's score dots, its only reader, are done)
         mbarrier.wait(bars.index(_MAX_JOINT), ph)
         m_new = m_smem.index(1).load(ROWS_L)
         beta = gl.exp2(m_0 - m_new)
-        kp_s.index(0).store((p * beta[:, None]).to(kp_s.dtype))
+        kp_s.index(e).store((p * beta[:, None]).to(kp_s.dtype))
         fence_async_shared()
         _arrive(bars, _P0)
         acc_a, acc_b = warpgroup_mma_wait(0, deps=[acc_a, acc_b])
@@ -210,11 +229,14 @@ def _pp_wg0(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, m_smem, 
         if 2 * j + 1 < n_steps:
             # the odd tile's rows, with warpgroup 1's probabilities (shared memory)
             mbarrier.wait(bars.index(_P1), ph)
-            acc_a = warpgroup_mma(kp_s.index(1), k_s0.index(1), acc_a, is_async=True)
-            acc_b = warpgroup_mma(kp_s.index(1), k_s1.index(1), acc_b, is_async=True)
+            acc_a = warpgroup_mma(kp_s.index(o), k_s0.index(o), acc_a, is_async=True)
+            acc_b = warpgroup_mma(kp_s.index(o), k_s1.index(o), acc_b, is_async=True)
             acc_a, acc_b = warpgroup_mma_wait(0, deps=[acc_a, acc_b])
             _arrive(bars, _FREE_A1)
-    return acc_a, acc_b, b_m, _whole_denominator(b_l, l_smem, bars, 0)
+    b_l = _whole_denominator(b_l, l_smem, bars, 0)
+    _pp_epilogue(acc_a, acc_b, 0, b_m, b_l, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0, n_heads,
+                 stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h, HAS_SINK, PARTIAL,
+                 True, BLOCK_H, LAT)
 
 
 @gluon.jit
@@ -233,18 +255,19 @@ def _pp_wg1(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, m_smem, 
     for j in range(gl.cdiv(n_steps, 2)):
         ph = j & 1
         has1 = 2 * j + 1 < n_steps
+        e, o = _slots(j, n_steps)
         s = s_zero
         if has1:
             # the odd tile's scores: its columns 256-511 first (the half refilled first)
             mbarrier.wait(bars.index(_READY_B1), ph)
             fence_async_shared()
-            s = warpgroup_mma(q_s2, k_s2.index(1).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-            s = warpgroup_mma(q_s3, k_s3.index(1).permute((1, 0)), s, is_async=True)
+            s = warpgroup_mma(q_s2, k_s2.index(o).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+            s = warpgroup_mma(q_s3, k_s3.index(o).permute((1, 0)), s, is_async=True)
             mbarrier.wait(bars.index(_READY_A1), ph)
             fence_async_shared()
-            s = warpgroup_mma(q_s0, k_s0.index(1).permute((1, 0)), s, is_async=True)
-            s = warpgroup_mma(q_s1, k_s1.index(1).permute((1, 0)), s, is_async=True)
-            s = warpgroup_mma(q_sp, kp_s.index(1).permute((1, 0)), s, is_async=True)
+            s = warpgroup_mma(q_s0, k_s0.index(o).permute((1, 0)), s, is_async=True)
+            s = warpgroup_mma(q_s1, k_s1.index(o).permute((1, 0)), s, is_async=True)
+            s = warpgroup_mma(q_sp, kp_s.index(o).permute((1, 0)), s, is_async=True)
             s = warpgroup_mma_wait(0, deps=[s])
         # (without an odd tile every entry is masked: its max is -inf, its probabilities 0)
         s = _masked_scores(s, p_idx, n_start + (2 * j + 1) * BLOCK_N, n_end, n_rows, qk_scale, BLOCK_N)
@@ -261,19 +284,19 @@ def _pp_wg1(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, m_smem, 
         b_l = b_l * alpha + gl.sum(p, axis=1)
         if has1:
             p_op = gl.convert_layout(p.to(k_s2.dtype), P_OP)
-            acc_c = warpgroup_mma(p_op, k_s2.index(1), acc_c, is_async=True)
-            acc_d = warpgroup_mma(p_op, k_s3.index(1), acc_d, is_async=True)
+            acc_c = warpgroup_mma(p_op, k_s2.index(o), acc_c, is_async=True)
+            acc_d = warpgroup_mma(p_op, k_s3.index(o), acc_d, is_async=True)
             # P1 for warpgroup 0's PV dots, into the odd slot's rope tile (read by the score
             # dots above, which are done)
-            kp_s.index(1).store(p.to(kp_s.dtype))
+            kp_s.index(o).store(p.to(kp_s.dtype))
             fence_async_shared()
             _arrive(bars, _P1)
             acc_c, acc_d = warpgroup_mma_wait(0, deps=[acc_c, acc_d])
             _arrive(bars, _FREE_B1)
         # the even tile's rows, with warpgroup 0's probabilities (shared memory)
         mbarrier.wait(bars.index(_P0), ph)
-        acc_c = warpgroup_mma(kp_s.index(0), k_s2.index(0), acc_c, is_async=True)
-        acc_d = warpgroup_mma(kp_s.index(0), k_s3.index(0), acc_d, is_async=True)
+        acc_c = warpgroup_mma(kp_s.index(e), k_s2.index(e), acc_c, is_async=True)
+        acc_d = warpgroup_mma(kp_s.index(e), k_s3.index(e), acc_d, is_async=True)
         acc_c, acc_d = warpgroup_mma_wait(0, deps=[acc_c, acc_d])
         _arrive(bars, _FREE_B0)
     b_l = _whole_denominator(b_l, l_smem, bars, 1)
@@ -363,9 +386,11 @@ def sparse_mla_gluon_pp_kernel(
     i_s = gl.program_id(1)
     n_start, n_end, n_steps = _split_range(len_ptr, i_t, i_s, split_size, topk, HAS_LEN, BLOCK_N)
     p_idx = idx_ptr + i_t * stride_idx_t
-    acc_a, acc_b, b_m, b_l = gl.warp_specialize(
+    gl.warp_specialize(
         [(_pp_wg0, (q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, m_smem, l_smem, bars,
-                    p_idx, n_start, n_end, n_steps, n_rows, qk_scale, BLOCK_H, BLOCK_N, LAT)),
+                    p_idx, n_start, n_end, n_steps, n_rows, qk_scale, sink_ptr, out_ptr, lse_ptr, i_t,
+                    i_s, h0, n_heads, stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
+                    HAS_SINK, PARTIAL, BLOCK_H, BLOCK_N, LAT)),
          (_pp_wg1, (q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, m_smem, l_smem, bars,
                     p_idx, n_start, n_end, n_steps, n_rows, qk_scale, sink_ptr, out_ptr, lse_ptr, i_t,
                     i_s, h0, n_heads, stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
@@ -373,6 +398,3 @@ def sparse_mla_gluon_pp_kernel(
          (_pp_producer, (kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2,
                          k_s3, kp_s, bars, BLOCK_N, LAT, D_PE, PW))],
         [4, PW], [CONSUMER_REGS_W8 if PW == 8 else CONSUMER_REGS_W4, PRODUCER_REGS])
-    _pp_epilogue(acc_a, acc_b, 0, b_m, b_l, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0, n_heads,
-                 stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h, HAS_SINK, PARTIAL,
-                 True, BLOCK_H, LAT)

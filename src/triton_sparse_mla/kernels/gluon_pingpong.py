@@ -28,6 +28,14 @@ warpgroups' PV dots and are refilled as soon as their reader is done.
 
 Shared memory: q 72 KB, two slots of 64 rows 144 KB, the row max exchange 0.5 KB: 216.5 KB.
 
+Measured (H200, 2026-12-02, runs 91-93; BENCHMARKS.md "Consumers on alternate tiles"): it
+matches the reference in its GPU tests, and is slower than the lockstep producer kernel it
+would replace: 0.44-0.53x as first written, 0.73-0.81x once the slots' descriptors could no
+longer be hoisted out of the loops (``_slots``) and the producer held one half's ids at a time,
+0.69-0.84x with the producer as the default partition. With two slots each tile's slot is
+read until late in its pair, so the next pair's copies start late; what remains of the gap is
+not yet placed by a profile.
+
 Import only where Gluon is available and not under the interpreter (as gluon_sm90).
 """
 
@@ -37,13 +45,13 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
-from .gluon_sm90 import (FLAT1, GATHER_W4, GATHER_W8, LN2, PRODUCER_REGS, ROPE_W4, ROPE_W8, SMEM,
+from .gluon_sm90 import (FLAT1, GATHER_W4, GATHER_W8, LN2, ROPE_W4, ROPE_W8, SMEM,
                          _NOT_SPECIALIZED, _barrier, _load_q, _pass_ids, _ring_rows, _row_ids,
                          _split_range, _tile_origin)
 
-# The kernel's own warps: warpgroup 0 (the default partition); warpgroup 1 and the producer are
-# worker partitions.
-NUM_WARPS = 4
+# The kernel's own warps are the producer's (``PW``, the default partition); the two consumer
+# warpgroups are worker partitions. (With warpgroup 0 as the default partition it spilled
+# inside its loop; as a worker, a consumer spills only around its loop.)
 # Each warpgroup: a score tile of 64 heads x 64 rows, two output tiles of 64 heads x 128 columns.
 S_L = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                              instr_shape=[16, 64, 16]))
@@ -51,12 +59,12 @@ O_L = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1
                                              instr_shape=[16, 128, 16]))
 P_OP = gl.constexpr(gl.DotOperandLayout(operand_index=0, parent=O_L, k_width=2))
 ROWS_L = gl.constexpr(gl.SliceLayout(1, S_L))
-# q loaded by warpgroup 0 alone, 16 bytes per thread.
+# q loaded by the producer's warps (the kernel's own), 16 bytes per thread.
 Q_PE_W4 = gl.constexpr(gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0]))
-# The consumers' registers: two warpgroups at 232 and 8 producer warps at 24 fill the register
-# file (2 x 128 x 232 + 256 x 24 = 65536); with 4 producer warps, 240 (62,464).
-CONSUMER_REGS_W8 = gl.constexpr(232)
-CONSUMER_REGS_W4 = gl.constexpr(232)
+Q_PE_W8 = gl.constexpr(gl.BlockedLayout([1, 8], [4, 8], [8, 1], [1, 0]))
+# The consumers' registers: two warpgroups at 232; the producer (the default partition) gets
+# the rest, 24 with 8 warps (2 x 128 x 232 + 256 x 24 = 65536) or 48 with 4.
+CONSUMER_REGS = gl.constexpr(232)
 
 
 @gluon.jit
@@ -364,7 +372,8 @@ def sparse_mla_gluon_pp_kernel(
     i_t, h0 = _tile_origin(n_heads, BLOCK_H)
     q_s0, q_s1, q_s2, q_s3, q_sp = _load_q(q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
                                            stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, LAT, D_PE,
-                                           False, GATHER_W4, Q_PE_W4)
+                                           False, GATHER_W8 if PW == 8 else GATHER_W4,
+                                           Q_PE_W8 if PW == 8 else Q_PE_W4)
     dtype: gl.constexpr = kv_ptr.dtype.element_ty
     k_s0 = gl.allocate_shared_memory(dtype, [2, BLOCK_N, LAT], SMEM)
     k_s1 = gl.allocate_shared_memory(dtype, [2, BLOCK_N, LAT], SMEM)
@@ -387,14 +396,14 @@ def sparse_mla_gluon_pp_kernel(
     n_start, n_end, n_steps = _split_range(len_ptr, i_t, i_s, split_size, topk, HAS_LEN, BLOCK_N)
     p_idx = idx_ptr + i_t * stride_idx_t
     gl.warp_specialize(
-        [(_pp_wg0, (q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, m_smem, l_smem, bars,
+        [(_pp_producer, (kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2,
+                         k_s3, kp_s, bars, BLOCK_N, LAT, D_PE, PW)),
+         (_pp_wg0, (q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, m_smem, l_smem, bars,
                     p_idx, n_start, n_end, n_steps, n_rows, qk_scale, sink_ptr, out_ptr, lse_ptr, i_t,
                     i_s, h0, n_heads, stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
                     HAS_SINK, PARTIAL, BLOCK_H, BLOCK_N, LAT)),
          (_pp_wg1, (q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, m_smem, l_smem, bars,
                     p_idx, n_start, n_end, n_steps, n_rows, qk_scale, sink_ptr, out_ptr, lse_ptr, i_t,
                     i_s, h0, n_heads, stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
-                    HAS_SINK, PARTIAL, BLOCK_H, BLOCK_N, LAT)),
-         (_pp_producer, (kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2,
-                         k_s3, kp_s, bars, BLOCK_N, LAT, D_PE, PW))],
-        [4, PW], [CONSUMER_REGS_W8 if PW == 8 else CONSUMER_REGS_W4, PRODUCER_REGS])
+                    HAS_SINK, PARTIAL, BLOCK_H, BLOCK_N, LAT))],
+        [4, 4], [CONSUMER_REGS, CONSUMER_REGS])

@@ -699,7 +699,7 @@ def tile_variant(tile, fp8: bool):
     if tile.pingpong:
         from . import gluon_pingpong
 
-        return gluon_pingpong.sparse_mla_gluon_pp_kernel, dict(PW=pw), gluon_pingpong.NUM_WARPS
+        return gluon_pingpong.sparse_mla_gluon_pp_kernel, dict(PW=pw), pw  # (the producer's)
     if tile.producer_warp:
         return gluon_kernel(False, True), dict(NS=NS, QK_AHEAD=tile.qk_ahead, PW=pw), NUM_WARPS
     return gluon_kernel(False), dict(NS=NS), NUM_WARPS

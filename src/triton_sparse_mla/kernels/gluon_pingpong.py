@@ -45,8 +45,8 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
-from .gluon_sm90 import (FLAT1, GATHER_W4, GATHER_W8, LN2, ROPE_W4, ROPE_W8, SMEM,
-                         _NOT_SPECIALIZED, _barrier, _load_q, _pass_ids, _ring_rows, _row_ids,
+from .gluon_sm90 import (FLAT1, GATHER_W4, GATHER_W8, ROPE_W4, ROPE_W8, SMEM, _NOT_SPECIALIZED,
+                         _barrier, _load_q, _lse_and_scale, _pass_ids, _ring_rows, _row_ids,
                          _split_range, _tile_origin)
 
 # The kernel's own warps are the producer's (``PW``, the default partition); the two consumer
@@ -166,6 +166,24 @@ def _arrive(bars, which: gl.constexpr):
 
 
 @gluon.jit
+def _scores_by_halves(qa, qb, ka, kb, qc, qd, kc, kd, q_sp, kp, bars, first: gl.constexpr,
+                      second: gl.constexpr, ph, s_zero):
+    """A tile's score dots over its two halves as they land: the latent tiles ``ka``, ``kb``
+    once ``bars[first]`` completes phase ``ph``, then ``kc``, ``kd`` and the rope ``kp``
+    once ``bars[second]`` does (each against its q tile); one wait for all of them."""
+    mbarrier.wait(bars.index(first), ph)
+    fence_async_shared()  # the copies (generic proxy) before the wgmma's reads (async proxy)
+    s = warpgroup_mma(qa, ka.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    s = warpgroup_mma(qb, kb.permute((1, 0)), s, is_async=True)
+    mbarrier.wait(bars.index(second), ph)
+    fence_async_shared()
+    s = warpgroup_mma(qc, kc.permute((1, 0)), s, is_async=True)
+    s = warpgroup_mma(qd, kd.permute((1, 0)), s, is_async=True)
+    s = warpgroup_mma(q_sp, kp.permute((1, 0)), s, is_async=True)
+    return warpgroup_mma_wait(0, deps=[s])
+
+
+@gluon.jit
 def _masked_scores(s, p_idx, n0, n_end, n_rows, qk_scale, BLOCK_N: gl.constexpr):
     """Scores of entries ``idx[n0:n0 + BLOCK_N]`` scaled to base 2, invalid entries -inf."""
     b_idx = _row_ids(p_idx, n0, n_end, gl.SliceLayout(0, S_L), BLOCK_N)
@@ -196,16 +214,9 @@ def _pp_wg0(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, m_smem, 
         ph = j & 1
         e, o = _slots(j, n_steps)
         # the even tile's scores: its columns 0-255 first (the half refilled first)
-        mbarrier.wait(bars.index(_READY_A0), ph)
-        fence_async_shared()  # the copies (generic proxy) before the wgmma's reads (async proxy)
-        s = warpgroup_mma(q_s0, k_s0.index(e).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-        s = warpgroup_mma(q_s1, k_s1.index(e).permute((1, 0)), s, is_async=True)
-        mbarrier.wait(bars.index(_READY_B0), ph)
-        fence_async_shared()
-        s = warpgroup_mma(q_s2, k_s2.index(e).permute((1, 0)), s, is_async=True)
-        s = warpgroup_mma(q_s3, k_s3.index(e).permute((1, 0)), s, is_async=True)
-        s = warpgroup_mma(q_sp, kp_s.index(e).permute((1, 0)), s, is_async=True)
-        s = warpgroup_mma_wait(0, deps=[s])
+        s = _scores_by_halves(q_s0, q_s1, k_s0.index(e), k_s1.index(e), q_s2, q_s3, k_s2.index(e),
+                              k_s3.index(e), q_sp, kp_s.index(e), bars, _READY_A0, _READY_B0, ph,
+                              s_zero)
         s = _masked_scores(s, p_idx, n_start + 2 * j * BLOCK_N, n_end, n_rows, qk_scale, BLOCK_N)
         m_0 = gl.maximum(b_m, gl.max(s, axis=1))
         m_smem.index(0).store(m_0)
@@ -267,16 +278,9 @@ def _pp_wg1(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, m_smem, 
         s = s_zero
         if has1:
             # the odd tile's scores: its columns 256-511 first (the half refilled first)
-            mbarrier.wait(bars.index(_READY_B1), ph)
-            fence_async_shared()
-            s = warpgroup_mma(q_s2, k_s2.index(o).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-            s = warpgroup_mma(q_s3, k_s3.index(o).permute((1, 0)), s, is_async=True)
-            mbarrier.wait(bars.index(_READY_A1), ph)
-            fence_async_shared()
-            s = warpgroup_mma(q_s0, k_s0.index(o).permute((1, 0)), s, is_async=True)
-            s = warpgroup_mma(q_s1, k_s1.index(o).permute((1, 0)), s, is_async=True)
-            s = warpgroup_mma(q_sp, kp_s.index(o).permute((1, 0)), s, is_async=True)
-            s = warpgroup_mma_wait(0, deps=[s])
+            s = _scores_by_halves(q_s2, q_s3, k_s2.index(o), k_s3.index(o), q_s0, q_s1, k_s0.index(o),
+                                  k_s1.index(o), q_sp, kp_s.index(o), bars, _READY_B1, _READY_A1, ph,
+                                  s_zero)
         # (without an odd tile every entry is masked: its max is -inf, its probabilities 0)
         s = _masked_scores(s, p_idx, n_start + (2 * j + 1) * BLOCK_N, n_end, n_rows, qk_scale, BLOCK_N)
         mbarrier.wait(bars.index(_MAX0), ph)
@@ -331,23 +335,8 @@ def _pp_epilogue(acc_x, acc_y, col0, b_m, b_l, sink_ptr, out_ptr, lse_ptr, i_t, 
     """A warpgroup's output columns ``col0 : col0 + 2 * LAT`` (final, with lse and sink, or
     with PARTIAL the partial output and base-2 lse: gluon_sm90._epilogue's conventions); the
     lse written where WRITES_LSE."""
-    m_nonempty = b_l > 0.0
-    b_inv_l = 1.0 / gl.where(m_nonempty, b_l, 1.0)
-    b_lse2 = gl.where(m_nonempty, b_m + gl.log2(gl.where(m_nonempty, b_l, 1.0)), float("-inf"))
-    o_hs = h0 + gl.arange(0, BLOCK_H, layout=ROWS_L)
-    m_hs = o_hs < n_heads
-    if PARTIAL:
-        if WRITES_LSE:
-            gl.store(lse_ptr + i_t * stride_lse_t + o_hs * stride_lse_h + i_s, b_lse2, mask=m_hs)
-    else:
-        if HAS_SINK:  # kernels/common.sink_factor, which Gluon code cannot call
-            b_lse = b_lse2 * LN2
-            b_sink = gl.load(sink_ptr + o_hs, mask=m_hs, other=0.0)
-            b_inv_l = b_inv_l * gl.where(b_lse2 == float("-inf"), 0.0, 1.0 / (1.0 + gl.exp(b_sink - b_lse)))
-        if WRITES_LSE:
-            if lse_ptr is not None:
-                gl.store(lse_ptr + i_t * stride_lse_t + o_hs * stride_lse_h, b_lse2 * LN2, mask=m_hs)
-    inv_l = _rows_to_o(b_inv_l)
+    inv_l = _rows_to_o(_lse_and_scale(b_m, b_l, sink_ptr, lse_ptr, i_t, i_s, h0, n_heads, stride_lse_t,
+                                      stride_lse_h, HAS_SINK, PARTIAL, WRITES_LSE, BLOCK_H))
     o_ho = h0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, O_L))
     o_co = col0 + gl.arange(0, LAT, layout=gl.SliceLayout(0, O_L))
     p_o = out_ptr + i_t * stride_o_t + i_s * stride_o_s + o_ho[:, None] * stride_o_h + o_co[None, :]

@@ -288,26 +288,40 @@ def _probs_pv(s, acc0, acc1, acc2, acc3, b_m, b_l2, k0, k1, k2, k3, p_smem):
 
 
 @gluon.jit
-def _epilogue(acc0, acc1, acc2, acc3, b_m, b_l2, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0, n_heads,
-              stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h, HAS_SINK: gl.constexpr,
-              PARTIAL: gl.constexpr, BLOCK_H: gl.constexpr, LAT: gl.constexpr):
-    """The final output, lse and sink, or with PARTIAL the partial output and base-2 lse
-    (kernels/attention.py's conventions, which kernels/combine.py reads)."""
-    b_l = gl.sum(b_l2, axis=1)
+def _lse_and_scale(b_m, b_l, sink_ptr, lse_ptr, i_t, i_s, h0, n_heads, stride_lse_t, stride_lse_h,
+                   HAS_SINK: gl.constexpr, PARTIAL: gl.constexpr, WRITES_LSE: gl.constexpr,
+                   BLOCK_H: gl.constexpr):
+    """From the final max and denominator of this program's heads (base 2, in ``b_m``'s
+    layout): the factor each head's output is scaled by (1/l, times the sink's share in the
+    final output), and where WRITES_LSE the lse stored (natural log; with PARTIAL the partial
+    base-2 lse for kernels/combine.py)."""
     m_nonempty = b_l > 0.0
     b_inv_l = 1.0 / gl.where(m_nonempty, b_l, 1.0)
     b_lse2 = gl.where(m_nonempty, b_m + gl.log2(gl.where(m_nonempty, b_l, 1.0)), float("-inf"))
-    o_hs = h0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, S_L))
+    o_hs = h0 + gl.arange(0, BLOCK_H, layout=b_m.type.layout)
     m_hs = o_hs < n_heads
     if PARTIAL:
-        gl.store(lse_ptr + i_t * stride_lse_t + o_hs * stride_lse_h + i_s, b_lse2, mask=m_hs)
+        if WRITES_LSE:
+            gl.store(lse_ptr + i_t * stride_lse_t + o_hs * stride_lse_h + i_s, b_lse2, mask=m_hs)
     else:
         if HAS_SINK:  # kernels/common.sink_factor, which Gluon code cannot call
             b_lse = b_lse2 * LN2
             b_sink = gl.load(sink_ptr + o_hs, mask=m_hs, other=0.0)
             b_inv_l = b_inv_l * gl.where(b_lse2 == float("-inf"), 0.0, 1.0 / (1.0 + gl.exp(b_sink - b_lse)))
-        if lse_ptr is not None:
-            gl.store(lse_ptr + i_t * stride_lse_t + o_hs * stride_lse_h, b_lse2 * LN2, mask=m_hs)
+        if WRITES_LSE:
+            if lse_ptr is not None:
+                gl.store(lse_ptr + i_t * stride_lse_t + o_hs * stride_lse_h, b_lse2 * LN2, mask=m_hs)
+    return b_inv_l
+
+
+@gluon.jit
+def _epilogue(acc0, acc1, acc2, acc3, b_m, b_l2, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0, n_heads,
+              stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h, HAS_SINK: gl.constexpr,
+              PARTIAL: gl.constexpr, BLOCK_H: gl.constexpr, LAT: gl.constexpr):
+    """The final output, lse and sink, or with PARTIAL the partial output and base-2 lse
+    (kernels/attention.py's conventions, which kernels/combine.py reads)."""
+    b_inv_l = _lse_and_scale(b_m, gl.sum(b_l2, axis=1), sink_ptr, lse_ptr, i_t, i_s, h0, n_heads,
+                             stride_lse_t, stride_lse_h, HAS_SINK, PARTIAL, True, BLOCK_H)
     inv_l = gl.convert_layout(b_inv_l, gl.SliceLayout(1, O_L))[:, None]
     o_ho = h0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, O_L))
     o_co = gl.arange(0, LAT, layout=gl.SliceLayout(0, O_L))

@@ -92,9 +92,10 @@ class TileConfig:
     wide_producer: bool = False
     # With ``producer_warp``: the two consumer warpgroups on alternate tiles, the output's
     # columns split between them (kernels/gluon_pingpong.py), so that one's score dots run
-    # during the other's softmax. bf16/fp16 rows; fp8_ds_mla rows ignore it. Correct on the
-    # H200, and 0.69-0.84x of the shipped producer kernel (2026-12-02, run 93; BENCHMARKS.md
-    # "Consumers on alternate tiles"); on in no table.
+    # during the other's softmax. bf16/fp16 rows; fp8_ds_mla rows ignore it; the kernel has
+    # 32-row tiles of its own. Correct on the H200, and 0.69-0.84x of the shipped producer
+    # kernel (2026-12-02, runs 93 and 95; BENCHMARKS.md "Consumers on alternate tiles"); on
+    # in no table.
     pingpong: bool = False
 
     @property

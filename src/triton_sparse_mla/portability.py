@@ -99,8 +99,8 @@ def _gluon_variants(tile: configs.TileConfig, fp8: bool):
         types.update(q_nope_ptr="*bf16", q_pe_ptr="*bf16", kv_ptr="*u8" if fp8 else "*bf16",
                      idx_ptr="*i32", len_ptr="*i32", sink_ptr="*fp32",
                      out_ptr="*fp32" if partial else "*bf16", lse_ptr="*fp32", qk_scale="fp32")
-        constexprs = dict(HAS_LEN=True, HAS_SINK=True, PARTIAL=partial, BLOCK_H=g.BLOCK_H,
-                          BLOCK_N=g.BLOCK_N, LAT=g.LAT, D_PE=g.D_PE, **tile_constexprs)
+        constexprs = dict(dict(HAS_LEN=True, HAS_SINK=True, PARTIAL=partial, BLOCK_H=g.BLOCK_H,
+                               BLOCK_N=g.BLOCK_N, LAT=g.LAT, D_PE=g.D_PE), **tile_constexprs)
         divisible = {n for n in types if n.endswith("_ptr") or n.startswith("stride_")}
         yield (f"gluon partial={int(partial)}", kernel, types, constexprs, divisible, num_warps, 1)
 

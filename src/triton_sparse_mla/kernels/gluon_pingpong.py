@@ -7,34 +7,37 @@ other's softmax runs, so the tensor cores idle through every softmax. Here each 
 computes the scores of whole tiles, warpgroup 0 the even tiles of the program's top-k range and
 warpgroup 1 the odd ones, and the output's 512 latent columns are split instead: warpgroup 0
 accumulates columns 0-255 and warpgroup 1 columns 256-511, over every tile. Per pair of tiles
-(ring slot 0 holds the even tile, slot 1 the odd one):
+(an even slot holds the even tile, an odd slot the odd one):
 
-* warpgroup 0: scores of tile 0; its row max ``m0`` (with the running max) to warpgroup 1;
-  probabilities ``P0`` against ``m0``; PV of ``P0`` (registers) into its columns; once
-  warpgroup 1 sent the pair's joint max ``M``, ``P0`` in ``M``'s terms into shared memory for
-  warpgroup 1, its accumulators rescaled by ``2^(m0 - M)``, then PV of warpgroup 1's ``P1``
-  (shared memory) over tile 1's rows into its columns;
-* warpgroup 1: scores of tile 1 (issued while warpgroup 0 is on tile 0's softmax); ``M``,
+* warpgroup 0: scores of the even tile; its row max ``m0`` (with the running max) to
+  warpgroup 1; probabilities ``P0`` against ``m0``; PV of ``P0`` (registers) into its
+  columns; once warpgroup 1 sent the pair's joint max ``M``, ``P0`` in ``M``'s terms into
+  shared memory for warpgroup 1, its accumulators rescaled by ``2^(m0 - M)``, then PV of
+  warpgroup 1's ``P1`` (shared memory) over the odd tile's rows into its columns;
+* warpgroup 1: scores of the odd tile (issued while warpgroup 0 is on its softmax); ``M``,
   the max of ``m0`` and its own; ``P1`` against ``M``; PV of ``P1`` into its columns, ``P1``
-  into shared memory; then PV of ``P0`` over tile 0's rows into its columns.
+  into shared memory; then PV of ``P0`` over the even tile's rows into its columns.
 
 So one warpgroup's score dots run while the other's softmax does, and each tile's scores are
-computed once, by one warpgroup with instructions 64 rows wide (q read once per tile, not
-twice as in the lockstep tile). Each probability tile goes into the rope tile of its own slot,
-which its score dots have finished reading. The slots are filled by a producer partition
-(``PW`` warps, as ``sparse_mla_gluon_ws_kernel``'s) in halves, each with a ``ready`` and a
-``free`` mbarrier: a slot's latent columns 0-255 and 256-511 are read by different
-warpgroups' PV dots and are refilled as soon as their reader is done.
+computed once, by one warpgroup. Each probability tile goes into the rope tile of its own slot,
+which its score dots have finished reading. The slots are filled by a producer (``PW`` warps,
+as ``sparse_mla_gluon_ws_kernel``'s, here the default partition) in halves, each with a
+``ready`` and a ``free`` mbarrier: a slot's latent columns 0-255 and 256-511 are read by
+different warpgroups' PV dots and are refilled as soon as their reader is done. Tiles have 32
+rows (``BLOCK_N``) in two sets of two slots, pair ``j`` in set ``j % 2``, so the next pair's
+copies run during this pair's work; the kernel also takes 64-row tiles in one set of two.
 
-Shared memory: q 72 KB, two slots of 64 rows 144 KB, the row max exchange 0.5 KB: 216.5 KB.
+Shared memory: q 72 KB, four slots of 32 rows (or two of 64) 144 KB, the row max and
+denominator exchange 1 KB: 217.5 KB.
 
-Measured (H200, 2026-12-02, runs 91-93; BENCHMARKS.md "Consumers on alternate tiles"): it
+Measured (H200, 2026-12-02, runs 91-95; BENCHMARKS.md "Consumers on alternate tiles"): it
 matches the reference in its GPU tests, and is slower than the lockstep producer kernel it
-would replace: 0.44-0.53x as first written, 0.73-0.81x once the slots' descriptors could no
-longer be hoisted out of the loops (``_slots``) and the producer held one half's ids at a time,
-0.69-0.84x with the producer as the default partition. With two slots each tile's slot is
-read until late in its pair, so the next pair's copies start late; what remains of the gap is
-not yet placed by a profile.
+would replace. With 64-row tiles: 0.44-0.53x as first written, 0.73-0.81x once the slots'
+descriptors could no longer be hoisted out of the loops (``_slots``) and the producer held one
+half's ids at a time, 0.69-0.84x with the producer as the default partition; there its
+consumers waited 19% of their stall samples for the halves freed last (run 94). With 32-row
+tiles in four slots: 0.69-0.84x again (1.00-1.05x over 64 rows), its consumers spilling 5
+instructions instead of 51.
 
 Import only where Gluon is available and not under the interpreter (as gluon_sm90).
 """
@@ -52,13 +55,21 @@ from .gluon_sm90 import (FLAT1, GATHER_W4, GATHER_W8, ROPE_W4, ROPE_W8, SMEM, _N
 # The kernel's own warps are the producer's (``PW``, the default partition); the two consumer
 # warpgroups are worker partitions. (With warpgroup 0 as the default partition it spilled
 # inside its loop; as a worker, a consumer spills only around its loop.)
-# Each warpgroup: a score tile of 64 heads x 64 rows, two output tiles of 64 heads x 128 columns.
-S_L = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                             instr_shape=[16, 64, 16]))
+# Each warpgroup: a score tile of 64 heads x BLOCK_N rows (64, or 32 with four slots), two
+# output tiles of 64 heads x 128 columns.
+S_L64 = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                               instr_shape=[16, 64, 16]))
+S_L32 = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                               instr_shape=[16, 32, 16]))
 O_L = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                              instr_shape=[16, 128, 16]))
 P_OP = gl.constexpr(gl.DotOperandLayout(operand_index=0, parent=O_L, k_width=2))
-ROWS_L = gl.constexpr(gl.SliceLayout(1, S_L))
+# A 32-row probability tile [64, 32] in the bytes of its slot's rope tile [32, 64].
+P32_SMEM = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=64, element_bitwidth=16, rank=2))
+# The rows per tile: 32, so that four slots fit (two pairs of tiles; the next pair's copies run
+# during this pair's work). The kernel takes 64 too (two slots, one pair: slower, as measured
+# in runs 91-94).
+BLOCK_N = 32
 # q loaded by the producer's warps (the kernel's own), 16 bytes per thread.
 Q_PE_W4 = gl.constexpr(gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0]))
 Q_PE_W8 = gl.constexpr(gl.BlockedLayout([1, 8], [4, 8], [8, 1], [1, 0]))
@@ -95,12 +106,13 @@ def _copy_half(ka, kb, kp, kv_ptr, ids, o_j, n_rows, stride_kv, slot, col0, ROPE
 @gluon.jit
 def _pp_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2, k_s3,
                  kp_s, bars, BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
-                 PW: gl.constexpr):
-    """The producer: per pair of tiles, the halves in the order they free: slot 0's columns
-    0-255 (warpgroup 0's), slot 1's 256-511 (warpgroup 1's), then slot 0's 256-511 with its
-    rope and slot 1's 0-255 with its rope (each read by the other warpgroup's PV dots too).
-    Each half waits for its ``free`` barrier and ends with an arrival on its ``ready``
-    barrier that lands when this thread's copies have."""
+                 PW: gl.constexpr, SETS: gl.constexpr):
+    """The producer: per pair of tiles, into its slot set, the halves in the order they free:
+    the even slot's columns 0-255 (warpgroup 0's), the odd slot's 256-511 (warpgroup 1's),
+    then the even slot's 256-511 with its rope and the odd slot's 0-255 with its rope (each
+    read by the other warpgroup's PV dots too). Each half waits for its ``free`` barrier (the
+    set's previous pair) and ends with an arrival on its ``ready`` barrier that lands when
+    this thread's copies have."""
     GATHER: gl.constexpr = GATHER_W8 if PW == 8 else GATHER_W4
     ROPE: gl.constexpr = ROPE_W8 if PW == 8 else ROPE_W4
     PASS_ROWS: gl.constexpr = 2 * PW
@@ -110,64 +122,90 @@ def _pp_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0
     # holds one half's ids at a time (24 registers).
     ids = _pass_ids(p_idx, n_start, n_end, PASS_ROWS, PASSES, GATHER)
     for j in range(gl.cdiv(n_steps, 2)):
-        ph = (j & 1) ^ 1  # the previous pair's phase; the first pair passes at once
+        ph = ((j // SETS) & 1) ^ 1  # the set's previous pair's phase; its first pair passes
         has1 = 2 * j + 1 < n_steps
         n0 = n_start + 2 * j * BLOCK_N
-        e, o = _slots(j, n_steps)
-        mbarrier.wait(bars.index(_FREE_A0), ph)
+        t, e, o = _slots(j, n_steps, SETS)
+        mbarrier.wait(bars.index(_free(t, _A0, SETS)), ph)
         _copy_half(k_s0, k_s1, kp_s, kv_ptr, ids, o_j, n_rows, stride_kv, e, 0, False, GATHER, ROPE,
                    PASS_ROWS, PASSES, LAT, D_PE)
-        async_copy.mbarrier_arrive(bars.index(_READY_A0), increment_count=False)
+        async_copy.mbarrier_arrive(bars.index(_ready(t, _A0)), increment_count=False)
         ids = _pass_ids(p_idx, n0 + BLOCK_N, n_end, PASS_ROWS, PASSES, GATHER)
         if has1:
-            mbarrier.wait(bars.index(_FREE_B1), ph)
+            mbarrier.wait(bars.index(_free(t, _B1, SETS)), ph)
             _copy_half(k_s2, k_s3, kp_s, kv_ptr, ids, o_j, n_rows, stride_kv, o, 2 * LAT, False, GATHER,
                        ROPE, PASS_ROWS, PASSES, LAT, D_PE)
-            async_copy.mbarrier_arrive(bars.index(_READY_B1), increment_count=False)
+            async_copy.mbarrier_arrive(bars.index(_ready(t, _B1)), increment_count=False)
         ids = _pass_ids(p_idx, n0, n_end, PASS_ROWS, PASSES, GATHER)
-        mbarrier.wait(bars.index(_FREE_B0), ph)
+        mbarrier.wait(bars.index(_free(t, _B0, SETS)), ph)
         _copy_half(k_s2, k_s3, kp_s, kv_ptr, ids, o_j, n_rows, stride_kv, e, 2 * LAT, True, GATHER,
                    ROPE, PASS_ROWS, PASSES, LAT, D_PE)
-        async_copy.mbarrier_arrive(bars.index(_READY_B0), increment_count=False)
+        async_copy.mbarrier_arrive(bars.index(_ready(t, _B0)), increment_count=False)
         ids = _pass_ids(p_idx, n0 + BLOCK_N, n_end, PASS_ROWS, PASSES, GATHER)
         if has1:
-            mbarrier.wait(bars.index(_FREE_A1), ph)
+            mbarrier.wait(bars.index(_free(t, _A1, SETS)), ph)
             _copy_half(k_s0, k_s1, kp_s, kv_ptr, ids, o_j, n_rows, stride_kv, o, 0, True, GATHER, ROPE,
                        PASS_ROWS, PASSES, LAT, D_PE)
-            async_copy.mbarrier_arrive(bars.index(_READY_A1), increment_count=False)
+            async_copy.mbarrier_arrive(bars.index(_ready(t, _A1)), increment_count=False)
         ids = _pass_ids(p_idx, n0 + 2 * BLOCK_N, n_end, PASS_ROWS, PASSES, GATHER)
 
 
-# The mbarriers, one allocation: each slot's halves' ready (count: the producer's threads) and
-# free (count 1), the row max and joint max of each pair, each probability tile, and the two
-# denominators at the end (count 1 each).
-_READY_A0, _READY_B0, _READY_A1, _READY_B1 = (gl.constexpr(i) for i in range(4))
-_FREE_A0, _FREE_B0, _FREE_A1, _FREE_B1 = (gl.constexpr(i) for i in range(4, 8))
-_MAX0, _MAX_JOINT, _P0, _P1, _L0, _L1 = (gl.constexpr(i) for i in range(8, 14))
-_N_BARS = gl.constexpr(14)
+# The mbarriers, one allocation: for each set of two slots (pair j uses set j % SETS), each
+# slot's halves' ready (count: the producer's threads) and free (count 1), then the row max
+# and joint max of each pair, each probability tile, and the two denominators at the end
+# (count 1 each). Within a set: A0, B0, A1, B1 (slot e's columns 0-255, 256-511, slot o's).
+_A0, _B0, _A1, _B1 = (gl.constexpr(i) for i in range(4))
+_MAX0, _MAX_JOINT, _P0, _P1, _L0, _L1 = (gl.constexpr(i) for i in range(6))
 
 
 @gluon.jit
-def _slots(j, n_steps):
-    """The ring slots of the even and the odd tile, 0 and 1, computed from pair ``j`` and
-    ``n_steps`` (``n_steps < 2^30``) so that the compiler cannot hoist the slots' addresses
-    and wgmma descriptors out of the loops: hoisted, they stay live across the loop and the
-    partitions spill (Triton 3.6, sm90: 79 spill instructions in warpgroup 0, 50 in the
-    producer)."""
-    e = (j + n_steps) >> 30
-    return e, e + 1
+def _ready(t, half):
+    """Index of the ready barrier of ``half`` (_A0 .. _B1) in slot set ``t``."""
+    return 4 * t + half
 
 
 @gluon.jit
-def _arrive(bars, which: gl.constexpr):
+def _free(t, half, SETS: gl.constexpr):
+    """Index of the free barrier of ``half`` in slot set ``t``."""
+    return 4 * SETS + 4 * t + half
+
+
+@gluon.jit
+def _pair_bar(which: gl.constexpr, SETS: gl.constexpr):
+    """Index of the per-pair (or final) barrier ``which`` (_MAX0 .. _L1)."""
+    return 8 * SETS + which
+
+
+@gluon.jit
+def _p_tile(kp_s, slot, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr):
+    """A slot's probability tile [BLOCK_H, BLOCK_N]: its rope tile, or the same bytes seen as
+    [64, 32] with 64-byte swizzling for 32-row tiles."""
+    view = kp_s.index(slot)  # [BLOCK_N, D_PE] with D_PE == BLOCK_H == 64
+    if BLOCK_N != BLOCK_H:
+        view = view._reinterpret(kp_s.dtype, [BLOCK_H, BLOCK_N], P32_SMEM)
+    return view
+
+
+@gluon.jit
+def _slots(j, n_steps, SETS: gl.constexpr):
+    """Pair ``j``'s slot set and the ring slots of its even and odd tile (``2t``, ``2t + 1``),
+    computed from ``j`` and ``n_steps`` (``n_steps < 2^30``) so that the compiler cannot hoist
+    the slots' addresses and wgmma descriptors out of the loops even with one set: hoisted,
+    they stay live across the loop and the partitions spill (Triton 3.6, sm90: 79 spill
+    instructions in warpgroup 0, 50 in the producer)."""
+    t = j % SETS + ((j + n_steps) >> 30)
+    return t, 2 * t, 2 * t + 1
+
+
+@gluon.jit
+def _arrive(bars, which):
     """One arrival on ``bars[which]`` for the warpgroup, once all its threads got here."""
     _barrier()
     mbarrier.arrive(bars.index(which), count=1)
 
 
 @gluon.jit
-def _scores_by_halves(qa, qb, ka, kb, qc, qd, kc, kd, q_sp, kp, bars, first: gl.constexpr,
-                      second: gl.constexpr, ph, s_zero):
+def _scores_by_halves(qa, qb, ka, kb, qc, qd, kc, kd, q_sp, kp, bars, first, second, ph, s_zero):
     """A tile's score dots over its two halves as they land: the latent tiles ``ka``, ``kb``
     once ``bars[first]`` completes phase ``ph``, then ``kc``, ``kd`` and the rope ``kp``
     once ``bars[second]`` does (each against its q tile); one wait for all of them."""
@@ -186,14 +224,15 @@ def _scores_by_halves(qa, qb, ka, kb, qc, qd, kc, kd, q_sp, kp, bars, first: gl.
 @gluon.jit
 def _masked_scores(s, p_idx, n0, n_end, n_rows, qk_scale, BLOCK_N: gl.constexpr):
     """Scores of entries ``idx[n0:n0 + BLOCK_N]`` scaled to base 2, invalid entries -inf."""
-    b_idx = _row_ids(p_idx, n0, n_end, gl.SliceLayout(0, S_L), BLOCK_N)
+    b_idx = _row_ids(p_idx, n0, n_end, gl.SliceLayout(0, s.type.layout), BLOCK_N)
     m_n = (b_idx >= 0) & (b_idx < n_rows)
     return gl.where(m_n[None, :], s * qk_scale, float("-inf"))
 
 
 @gluon.jit
 def _rows_to_o(v):
-    """A per-head vector (ROWS_L) as a column to scale the output tiles by."""
+    """A per-head vector (the score tile's row layout) as a column to scale the output tiles
+    by."""
     return gl.convert_layout(v, gl.SliceLayout(1, O_L))[:, None]
 
 
@@ -202,9 +241,11 @@ def _pp_wg0(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, m_smem, 
             n_start, n_end, n_steps, n_rows, qk_scale, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0,
             n_heads, stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
             HAS_SINK: gl.constexpr, PARTIAL: gl.constexpr, BLOCK_H: gl.constexpr,
-            BLOCK_N: gl.constexpr, LAT: gl.constexpr):
+            BLOCK_N: gl.constexpr, LAT: gl.constexpr, SETS: gl.constexpr):
     """Warpgroup 0: the even tiles' scores and output columns 0-255 (module docstring), which
     it writes, with the lse."""
+    S_L: gl.constexpr = S_L32 if BLOCK_N == 32 else S_L64
+    ROWS_L: gl.constexpr = gl.SliceLayout(1, S_L)
     b_m = gl.full([BLOCK_H], -1.0e30, gl.float32, layout=ROWS_L)
     b_l = gl.zeros([BLOCK_H], gl.float32, layout=ROWS_L)
     acc_a = gl.zeros([BLOCK_H, LAT], gl.float32, layout=O_L)
@@ -212,15 +253,16 @@ def _pp_wg0(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, m_smem, 
     s_zero = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=S_L)
     for j in range(gl.cdiv(n_steps, 2)):
         ph = j & 1
-        e, o = _slots(j, n_steps)
+        ph_set = (j // SETS) & 1
+        t, e, o = _slots(j, n_steps, SETS)
         # the even tile's scores: its columns 0-255 first (the half refilled first)
         s = _scores_by_halves(q_s0, q_s1, k_s0.index(e), k_s1.index(e), q_s2, q_s3, k_s2.index(e),
-                              k_s3.index(e), q_sp, kp_s.index(e), bars, _READY_A0, _READY_B0, ph,
-                              s_zero)
+                              k_s3.index(e), q_sp, kp_s.index(e), bars, _ready(t, _A0),
+                              _ready(t, _B0), ph_set, s_zero)
         s = _masked_scores(s, p_idx, n_start + 2 * j * BLOCK_N, n_end, n_rows, qk_scale, BLOCK_N)
         m_0 = gl.maximum(b_m, gl.max(s, axis=1))
         m_smem.index(0).store(m_0)
-        _arrive(bars, _MAX0)
+        _arrive(bars, _pair_bar(_MAX0, SETS))
         p = gl.exp2(s - m_0[:, None])
         alpha = gl.exp2(b_m - m_0)
         b_l = b_l * alpha + gl.sum(p, axis=1)
@@ -232,14 +274,14 @@ def _pp_wg0(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, m_smem, 
         acc_b = warpgroup_mma(p_op, k_s1.index(e), acc_b, is_async=True)
         # the pair's joint max, from warpgroup 1; P0 in its terms for warpgroup 1's PV dots,
         # into the even slot's rope tile (this tile's score dots, its only reader, are done)
-        mbarrier.wait(bars.index(_MAX_JOINT), ph)
+        mbarrier.wait(bars.index(_pair_bar(_MAX_JOINT, SETS)), ph)
         m_new = m_smem.index(1).load(ROWS_L)
         beta = gl.exp2(m_0 - m_new)
-        kp_s.index(e).store((p * beta[:, None]).to(kp_s.dtype))
+        _p_tile(kp_s, e, BLOCK_H, BLOCK_N).store((p * beta[:, None]).to(kp_s.dtype))
         fence_async_shared()
-        _arrive(bars, _P0)
+        _arrive(bars, _pair_bar(_P0, SETS))
         acc_a, acc_b = warpgroup_mma_wait(0, deps=[acc_a, acc_b])
-        _arrive(bars, _FREE_A0)
+        _arrive(bars, _free(t, _A0, SETS))
         b_o = _rows_to_o(beta)
         acc_a = acc_a * b_o
         acc_b = acc_b * b_o
@@ -247,12 +289,13 @@ def _pp_wg0(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, m_smem, 
         b_m = m_new
         if 2 * j + 1 < n_steps:
             # the odd tile's rows, with warpgroup 1's probabilities (shared memory)
-            mbarrier.wait(bars.index(_P1), ph)
-            acc_a = warpgroup_mma(kp_s.index(o), k_s0.index(o), acc_a, is_async=True)
-            acc_b = warpgroup_mma(kp_s.index(o), k_s1.index(o), acc_b, is_async=True)
+            mbarrier.wait(bars.index(_pair_bar(_P1, SETS)), ph)
+            p1 = _p_tile(kp_s, o, BLOCK_H, BLOCK_N)
+            acc_a = warpgroup_mma(p1, k_s0.index(o), acc_a, is_async=True)
+            acc_b = warpgroup_mma(p1, k_s1.index(o), acc_b, is_async=True)
             acc_a, acc_b = warpgroup_mma_wait(0, deps=[acc_a, acc_b])
-            _arrive(bars, _FREE_A1)
-    b_l = _whole_denominator(b_l, l_smem, bars, 0)
+            _arrive(bars, _free(t, _A1, SETS))
+    b_l = _whole_denominator(b_l, l_smem, bars, 0, SETS)
     _pp_epilogue(acc_a, acc_b, 0, b_m, b_l, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0, n_heads,
                  stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h, HAS_SINK, PARTIAL,
                  True, BLOCK_H, LAT)
@@ -263,9 +306,11 @@ def _pp_wg1(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, m_smem, 
             n_start, n_end, n_steps, n_rows, qk_scale, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0,
             n_heads, stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
             HAS_SINK: gl.constexpr, PARTIAL: gl.constexpr, BLOCK_H: gl.constexpr,
-            BLOCK_N: gl.constexpr, LAT: gl.constexpr):
+            BLOCK_N: gl.constexpr, LAT: gl.constexpr, SETS: gl.constexpr):
     """Warpgroup 1: the odd tiles' scores and output columns 256-511 (module docstring),
-    which it writes itself (a worker partition returns nothing)."""
+    which it writes."""
+    S_L: gl.constexpr = S_L32 if BLOCK_N == 32 else S_L64
+    ROWS_L: gl.constexpr = gl.SliceLayout(1, S_L)
     b_m = gl.full([BLOCK_H], -1.0e30, gl.float32, layout=ROWS_L)
     b_l = gl.zeros([BLOCK_H], gl.float32, layout=ROWS_L)
     acc_c = gl.zeros([BLOCK_H, LAT], gl.float32, layout=O_L)
@@ -273,20 +318,21 @@ def _pp_wg1(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, m_smem, 
     s_zero = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=S_L)
     for j in range(gl.cdiv(n_steps, 2)):
         ph = j & 1
+        ph_set = (j // SETS) & 1
         has1 = 2 * j + 1 < n_steps
-        e, o = _slots(j, n_steps)
+        t, e, o = _slots(j, n_steps, SETS)
         s = s_zero
         if has1:
             # the odd tile's scores: its columns 256-511 first (the half refilled first)
             s = _scores_by_halves(q_s2, q_s3, k_s2.index(o), k_s3.index(o), q_s0, q_s1, k_s0.index(o),
-                                  k_s1.index(o), q_sp, kp_s.index(o), bars, _READY_B1, _READY_A1, ph,
-                                  s_zero)
+                                  k_s1.index(o), q_sp, kp_s.index(o), bars, _ready(t, _B1),
+                                  _ready(t, _A1), ph_set, s_zero)
         # (without an odd tile every entry is masked: its max is -inf, its probabilities 0)
         s = _masked_scores(s, p_idx, n_start + (2 * j + 1) * BLOCK_N, n_end, n_rows, qk_scale, BLOCK_N)
-        mbarrier.wait(bars.index(_MAX0), ph)
+        mbarrier.wait(bars.index(_pair_bar(_MAX0, SETS)), ph)
         m_new = gl.maximum(m_smem.index(0).load(ROWS_L), gl.max(s, axis=1))
         m_smem.index(1).store(m_new)
-        _arrive(bars, _MAX_JOINT)
+        _arrive(bars, _pair_bar(_MAX_JOINT, SETS))
         alpha = gl.exp2(b_m - m_new)
         a_o = _rows_to_o(alpha)
         acc_c = acc_c * a_o
@@ -300,31 +346,32 @@ def _pp_wg1(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, m_smem, 
             acc_d = warpgroup_mma(p_op, k_s3.index(o), acc_d, is_async=True)
             # P1 for warpgroup 0's PV dots, into the odd slot's rope tile (read by the score
             # dots above, which are done)
-            kp_s.index(o).store(p.to(kp_s.dtype))
+            _p_tile(kp_s, o, BLOCK_H, BLOCK_N).store(p.to(kp_s.dtype))
             fence_async_shared()
-            _arrive(bars, _P1)
+            _arrive(bars, _pair_bar(_P1, SETS))
             acc_c, acc_d = warpgroup_mma_wait(0, deps=[acc_c, acc_d])
-            _arrive(bars, _FREE_B1)
+            _arrive(bars, _free(t, _B1, SETS))
         # the even tile's rows, with warpgroup 0's probabilities (shared memory)
-        mbarrier.wait(bars.index(_P0), ph)
-        acc_c = warpgroup_mma(kp_s.index(e), k_s2.index(e), acc_c, is_async=True)
-        acc_d = warpgroup_mma(kp_s.index(e), k_s3.index(e), acc_d, is_async=True)
+        mbarrier.wait(bars.index(_pair_bar(_P0, SETS)), ph)
+        p0 = _p_tile(kp_s, e, BLOCK_H, BLOCK_N)
+        acc_c = warpgroup_mma(p0, k_s2.index(e), acc_c, is_async=True)
+        acc_d = warpgroup_mma(p0, k_s3.index(e), acc_d, is_async=True)
         acc_c, acc_d = warpgroup_mma_wait(0, deps=[acc_c, acc_d])
-        _arrive(bars, _FREE_B0)
-    b_l = _whole_denominator(b_l, l_smem, bars, 1)
+        _arrive(bars, _free(t, _B0, SETS))
+    b_l = _whole_denominator(b_l, l_smem, bars, 1, SETS)
     _pp_epilogue(acc_c, acc_d, 2 * LAT, b_m, b_l, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0, n_heads,
                  stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h, HAS_SINK, PARTIAL,
                  False, BLOCK_H, LAT)
 
 
 @gluon.jit
-def _whole_denominator(b_l, l_smem, bars, wg: gl.constexpr):
+def _whole_denominator(b_l, l_smem, bars, wg: gl.constexpr, SETS: gl.constexpr):
     """Warpgroup ``wg``'s denominator (its tiles', in the final max's terms) plus the other's,
     exchanged through shared memory; the same sum, in the same order, in both."""
     l_smem.index(wg).store(b_l)
-    _arrive(bars, _L0 + wg)
-    mbarrier.wait(bars.index(_L1 - wg), 0)
-    return l_smem.index(0).load(ROWS_L) + l_smem.index(1).load(ROWS_L)
+    _arrive(bars, _pair_bar(_L0, SETS) + wg)
+    mbarrier.wait(bars.index(_pair_bar(_L1, SETS) - wg), 0)
+    return l_smem.index(0).load(b_l.type.layout) + l_smem.index(1).load(b_l.type.layout)
 
 
 @gluon.jit
@@ -363,21 +410,25 @@ def sparse_mla_gluon_pp_kernel(
                                            stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, LAT, D_PE,
                                            False, GATHER_W8 if PW == 8 else GATHER_W4,
                                            Q_PE_W8 if PW == 8 else Q_PE_W4)
+    # 64-row tiles: two slots (one pair in flight); 32-row tiles: two sets of two, so the next
+    # pair's copies run during this pair's work
+    SETS: gl.constexpr = 64 // BLOCK_N
+    NSLOT: gl.constexpr = 2 * SETS
     dtype: gl.constexpr = kv_ptr.dtype.element_ty
-    k_s0 = gl.allocate_shared_memory(dtype, [2, BLOCK_N, LAT], SMEM)
-    k_s1 = gl.allocate_shared_memory(dtype, [2, BLOCK_N, LAT], SMEM)
-    k_s2 = gl.allocate_shared_memory(dtype, [2, BLOCK_N, LAT], SMEM)
-    k_s3 = gl.allocate_shared_memory(dtype, [2, BLOCK_N, LAT], SMEM)
+    k_s0 = gl.allocate_shared_memory(dtype, [NSLOT, BLOCK_N, LAT], SMEM)
+    k_s1 = gl.allocate_shared_memory(dtype, [NSLOT, BLOCK_N, LAT], SMEM)
+    k_s2 = gl.allocate_shared_memory(dtype, [NSLOT, BLOCK_N, LAT], SMEM)
+    k_s3 = gl.allocate_shared_memory(dtype, [NSLOT, BLOCK_N, LAT], SMEM)
     # the rope, then P: a probability tile [BLOCK_H, BLOCK_N] takes its slot's rope tile
-    gl.static_assert((BLOCK_H == BLOCK_N) & (D_PE == BLOCK_N))
-    kp_s = gl.allocate_shared_memory(dtype, [2, BLOCK_N, D_PE], SMEM)
+    gl.static_assert((BLOCK_H == 64) & (D_PE == 64) & ((BLOCK_N == 64) | (BLOCK_N == 32)))
+    kp_s = gl.allocate_shared_memory(dtype, [NSLOT, BLOCK_N, D_PE], SMEM)
     m_smem = gl.allocate_shared_memory(gl.float32, [2, BLOCK_H], FLAT1)  # m0, then M
     l_smem = gl.allocate_shared_memory(gl.float32, [2, BLOCK_H], FLAT1)
-    bars = gl.allocate_shared_memory(gl.int64, [_N_BARS, 1], mbarrier.MBarrierLayout())
-    for j in gl.static_range(4):
-        mbarrier.init(bars.index(_READY_A0 + j), count=32 * PW)  # one per producer thread
-    for j in gl.static_range(_N_BARS - 4):
-        mbarrier.init(bars.index(_FREE_A0 + j), count=1)
+    bars = gl.allocate_shared_memory(gl.int64, [8 * SETS + 6, 1], mbarrier.MBarrierLayout())
+    for j in gl.static_range(4 * SETS):
+        mbarrier.init(bars.index(j), count=32 * PW)  # ready: one per producer thread
+    for j in gl.static_range(4 * SETS + 6):
+        mbarrier.init(bars.index(4 * SETS + j), count=1)
     fence_async_shared()  # q's stores and the barriers' initialisation, before the partitions
     _barrier()
 
@@ -386,13 +437,13 @@ def sparse_mla_gluon_pp_kernel(
     p_idx = idx_ptr + i_t * stride_idx_t
     gl.warp_specialize(
         [(_pp_producer, (kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2,
-                         k_s3, kp_s, bars, BLOCK_N, LAT, D_PE, PW)),
+                         k_s3, kp_s, bars, BLOCK_N, LAT, D_PE, PW, SETS)),
          (_pp_wg0, (q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, m_smem, l_smem, bars,
                     p_idx, n_start, n_end, n_steps, n_rows, qk_scale, sink_ptr, out_ptr, lse_ptr, i_t,
                     i_s, h0, n_heads, stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
-                    HAS_SINK, PARTIAL, BLOCK_H, BLOCK_N, LAT)),
+                    HAS_SINK, PARTIAL, BLOCK_H, BLOCK_N, LAT, SETS)),
          (_pp_wg1, (q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, m_smem, l_smem, bars,
                     p_idx, n_start, n_end, n_steps, n_rows, qk_scale, sink_ptr, out_ptr, lse_ptr, i_t,
                     i_s, h0, n_heads, stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
-                    HAS_SINK, PARTIAL, BLOCK_H, BLOCK_N, LAT))],
+                    HAS_SINK, PARTIAL, BLOCK_H, BLOCK_N, LAT, SETS))],
         [4, 4], [CONSUMER_REGS, CONSUMER_REGS])

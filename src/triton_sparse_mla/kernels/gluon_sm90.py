@@ -713,7 +713,8 @@ def tile_variant(tile, fp8: bool):
     if tile.pingpong:
         from . import gluon_pingpong
 
-        return gluon_pingpong.sparse_mla_gluon_pp_kernel, dict(PW=pw), pw  # (the producer's)
+        return (gluon_pingpong.sparse_mla_gluon_pp_kernel,
+                dict(PW=pw, BLOCK_N=gluon_pingpong.BLOCK_N), pw)  # (the producer's warps)
     if tile.producer_warp:
         return gluon_kernel(False, True), dict(NS=NS, QK_AHEAD=tile.qk_ahead, PW=pw), NUM_WARPS
     return gluon_kernel(False), dict(NS=NS), NUM_WARPS

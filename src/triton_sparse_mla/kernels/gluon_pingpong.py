@@ -237,6 +237,19 @@ def _rows_to_o(v):
 
 
 @gluon.jit
+def _wg_state(BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, LAT: gl.constexpr):
+    """A consumer warpgroup's starting state: running max and denominator (the score tile's
+    row layout), its two output tiles, and a zero score tile (the score dots' first
+    accumulator, not read)."""
+    S_L: gl.constexpr = S_L32 if BLOCK_N == 32 else S_L64
+    b_m = gl.full([BLOCK_H], -1.0e30, gl.float32, layout=gl.SliceLayout(1, S_L))
+    b_l = gl.zeros([BLOCK_H], gl.float32, layout=gl.SliceLayout(1, S_L))
+    acc_x = gl.zeros([BLOCK_H, LAT], gl.float32, layout=O_L)
+    acc_y = gl.zeros([BLOCK_H, LAT], gl.float32, layout=O_L)
+    return b_m, b_l, acc_x, acc_y, gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=S_L)
+
+
+@gluon.jit
 def _pp_wg0(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, m_smem, l_smem, bars, p_idx,
             n_start, n_end, n_steps, n_rows, qk_scale, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0,
             n_heads, stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
@@ -244,13 +257,7 @@ def _pp_wg0(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, m_smem, 
             BLOCK_N: gl.constexpr, LAT: gl.constexpr, SETS: gl.constexpr):
     """Warpgroup 0: the even tiles' scores and output columns 0-255 (module docstring), which
     it writes, with the lse."""
-    S_L: gl.constexpr = S_L32 if BLOCK_N == 32 else S_L64
-    ROWS_L: gl.constexpr = gl.SliceLayout(1, S_L)
-    b_m = gl.full([BLOCK_H], -1.0e30, gl.float32, layout=ROWS_L)
-    b_l = gl.zeros([BLOCK_H], gl.float32, layout=ROWS_L)
-    acc_a = gl.zeros([BLOCK_H, LAT], gl.float32, layout=O_L)
-    acc_b = gl.zeros([BLOCK_H, LAT], gl.float32, layout=O_L)
-    s_zero = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=S_L)
+    b_m, b_l, acc_a, acc_b, s_zero = _wg_state(BLOCK_H, BLOCK_N, LAT)
     for j in range(gl.cdiv(n_steps, 2)):
         ph = j & 1
         ph_set = (j // SETS) & 1
@@ -275,7 +282,7 @@ def _pp_wg0(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, m_smem, 
         # the pair's joint max, from warpgroup 1; P0 in its terms for warpgroup 1's PV dots,
         # into the even slot's rope tile (this tile's score dots, its only reader, are done)
         mbarrier.wait(bars.index(_pair_bar(_MAX_JOINT, SETS)), ph)
-        m_new = m_smem.index(1).load(ROWS_L)
+        m_new = m_smem.index(1).load(b_m.type.layout)
         beta = gl.exp2(m_0 - m_new)
         _p_tile(kp_s, e, BLOCK_H, BLOCK_N).store((p * beta[:, None]).to(kp_s.dtype))
         fence_async_shared()
@@ -309,13 +316,7 @@ def _pp_wg1(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, m_smem, 
             BLOCK_N: gl.constexpr, LAT: gl.constexpr, SETS: gl.constexpr):
     """Warpgroup 1: the odd tiles' scores and output columns 256-511 (module docstring),
     which it writes."""
-    S_L: gl.constexpr = S_L32 if BLOCK_N == 32 else S_L64
-    ROWS_L: gl.constexpr = gl.SliceLayout(1, S_L)
-    b_m = gl.full([BLOCK_H], -1.0e30, gl.float32, layout=ROWS_L)
-    b_l = gl.zeros([BLOCK_H], gl.float32, layout=ROWS_L)
-    acc_c = gl.zeros([BLOCK_H, LAT], gl.float32, layout=O_L)
-    acc_d = gl.zeros([BLOCK_H, LAT], gl.float32, layout=O_L)
-    s_zero = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=S_L)
+    b_m, b_l, acc_c, acc_d, s_zero = _wg_state(BLOCK_H, BLOCK_N, LAT)
     for j in range(gl.cdiv(n_steps, 2)):
         ph = j & 1
         ph_set = (j // SETS) & 1
@@ -330,7 +331,7 @@ def _pp_wg1(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, m_smem, 
         # (without an odd tile every entry is masked: its max is -inf, its probabilities 0)
         s = _masked_scores(s, p_idx, n_start + (2 * j + 1) * BLOCK_N, n_end, n_rows, qk_scale, BLOCK_N)
         mbarrier.wait(bars.index(_pair_bar(_MAX0, SETS)), ph)
-        m_new = gl.maximum(m_smem.index(0).load(ROWS_L), gl.max(s, axis=1))
+        m_new = gl.maximum(m_smem.index(0).load(b_m.type.layout), gl.max(s, axis=1))
         m_smem.index(1).store(m_new)
         _arrive(bars, _pair_bar(_MAX_JOINT, SETS))
         alpha = gl.exp2(b_m - m_new)

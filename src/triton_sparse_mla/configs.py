@@ -98,6 +98,12 @@ class TileConfig:
     # in no table.
     pingpong: bool = False
 
+    def without_gluon(self) -> "TileConfig":
+        """The same tile for the Triton kernel: ``gluon`` off, and with it every field only
+        the Gluon kernels read (each of which requires ``gluon`` or ``producer_warp``)."""
+        return dataclasses.replace(self, gluon=False, producer_warp=False, qk_ahead=False,
+                                   wide_producer=False, pingpong=False)
+
     @property
     def triton_fp8_f16(self) -> bool:
         """``fp8_f16`` as the Triton kernel runs this tile: off where the tile names the Gluon
@@ -378,8 +384,7 @@ def plan_launch(family: str, sm_count: int, fp8_cvt: int, *, t_count: int, h_cou
     # Never tile more heads than exist (beyond the 16 rows tl.dot needs).
     block_h = min(tile.block_h, max(16, triton.next_power_of_2(h_count)))
     if block_h != tile.block_h:  # (the Gluon kernel has 64 heads only)
-        tile = dataclasses.replace(tile, block_h=block_h, gluon=False, producer_warp=False,
-                                   qk_ahead=False, wide_producer=False, pingpong=False)
+        tile = dataclasses.replace(tile.without_gluon(), block_h=block_h)
     splits = choose_splits(t_count, triton.cdiv(h_count, block_h), topk, tile.block_n, sm_count,
                            programs_per_sm(family, tile))
     return LaunchPlan(tile=tile, splits=splits, fp8_cvt=fp8_cvt,

@@ -38,11 +38,13 @@ for s in $steps; do
          ncu --import "$OUT/prof.ncu-rep" --page details --csv > "$OUT/ncu-details.csv" 2>&1; grep -c . "$OUT/ncu-details.csv"
          ncu --import "$OUT/prof.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip > "$OUT/ncu-source.csv.gz" ;;
     wide) timeout 240 python3 benchmarks/sweep.py "$OUT/sweep-wide.json" --wide 2>&1 | tee "$OUT/sweep-wide.log" | grep EXCH ;;
-    variants) # the producer-warpgroup Gluon kernel: its GPU tests (qk_ahead among them) under their own
-      # timeout (a wrong mbarrier phase would hang them), then timed off and on in the 64-head
-      # bf16 tile (TOGGLE=qk_ahead toggle times its score dots ahead)
+    variants) # the producer-warpgroup Gluon kernels' GPU tests (4 and 8 producer warps, qk_ahead, the
+      # alternate-tile kernel) under their own timeout (a wrong mbarrier phase would hang them),
+      # then the alternate-tile kernel (TileConfig.pingpong) timed off and on in the 64-head
+      # bf16 tile. (producer_warp itself cannot be toggled off there: the shipped tile's
+      # wide_producer requires it.)
       timeout 120 python3 -m pytest -q -x -p no:cacheprovider tests/test_attention.py -k "gluon_producer" 2>&1 | tee "$OUT/variants-producer.log" | tail -2
-      timeout 200 python3 benchmarks/sweep.py "$OUT/toggle-producer.json" --toggle producer_warp --fmt bf16 --heads 64,128 2>&1 | grep TOGGLE ;;
+      timeout 200 python3 benchmarks/sweep.py "$OUT/toggle-pingpong.json" --toggle pingpong --fmt bf16 --heads 64,128 2>&1 | grep TOGGLE ;;
     racecheck-producer) # the producer-warpgroup kernel per problem, and the minimal warp-specialized kernel beside
       # it (BENCHMARKS.md "The producer warpgroup shipped": where racecheck's reports on it lie)
       timeout 200 compute-sanitizer --tool racecheck --print-limit 4 python3 benchmarks/sanitize_producer.py 2>&1 | tee "$OUT/racecheck-producer.log" | tail -30

@@ -188,6 +188,23 @@ def test_gluon_producer_warp(p, extra, device):
     _check_gluon(p, tile, device)
 
 
+@pytest.mark.gpu
+@_SM90_ONLY
+@pytest.mark.parametrize("extra", [{"wide_producer": False}, {"wide_producer": True},
+                                   {"wide_producer": False, "fp8_f16": False}],
+                         ids=["4 warps", "8 warps", "4 warps bf16 operands"])
+@pytest.mark.parametrize("p", [c for c in GLUON_CASES if c.values[0]["fmt"] == "fp8_ds_mla"])
+def test_gluon_fp8_producer(p, extra, device):
+    """The Gluon tile over fp8_ds_mla rows with ``producer_warp`` (kernels/gluon_fp8_producer.py:
+    4 or 8 producer warps copy each tile's raw bytes into the operand slot and dequantize them
+    there, into fp16 or bf16 operands) matches the reference, split and not, also for a q past
+    fp16's range with fp16 operands."""
+    tile = dataclasses.replace(configs.pick_tile("sm90", t_count=128, h_count=64, fp8=True),
+                               producer_warp=True, **extra)
+    _check_gluon(p, tile, device, q_gain=1e5 if tile.fp8_f16 else 1.0)
+    _check_gluon(p, tile, device)
+
+
 def test_gluon_runs_where_it_applies(device, monkeypatch):
     """The Gluon kernel is chosen only for tiles that name it, a 576-column q, bf16 with fp8
     rows, and a cache aligned for its copies; never under the interpreter, nor with

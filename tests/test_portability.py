@@ -160,37 +160,47 @@ _GLUON_PROBE = r"""
 import json, re, sys
 from triton_sparse_mla import configs, portability
 out = {}
-for fp8, f16, producer, ahead in ((False, False, False, False), (True, False, False, False),
-                                  (True, True, False, False), (False, False, True, False),
-                                  (False, False, True, True)):
+for fp8, f16, producer, ahead, wide in (
+        (False, False, False, False, False), (True, False, False, False, False),
+        (True, True, False, False, False), (False, False, True, False, False),
+        (False, False, True, True, False), (True, True, True, False, False),
+        (True, False, True, False, False), (True, True, True, False, True)):
     tile = configs.TileConfig(64, 64, 8, 2, exchange_p=True, gluon=True, fp8_f16=f16,
-                              producer_warp=producer, qk_ahead=ahead)
+                              producer_warp=producer, qk_ahead=ahead, wide_producer=wide)
     for label, kernel, types, cx, div, warps, stages in portability._gluon_variants(tile, fp8):
         k = portability._compile(kernel, types, cx, div, 90, warps, stages)
         ptx = k.asm["ptx"]
-        out[f"{fp8}/{f16}/{producer}/{ahead}/{label}"] = dict(
+        out[f"{fp8}/{f16}/{producer}/{ahead}/{wide}/{label}"] = dict(
             shared=k.metadata.shared, qk=len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n32k16", ptx)),
             pv=len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16", ptx)),
-            waits=len(re.findall(r"wgmma\.wait_group", ptx)))
+            waits=len(re.findall(r"wgmma\.wait_group", ptx)),
+            regs=sorted(set(int(r) for r in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", ptx))))
 json.dump(out, open(sys.argv[1], "w"))
 """
 
 
 def test_gluon_kernels_issue_dots_in_groups(tmp_path):
     """The Gluon kernels of sm90's 64-head tile (kernels/gluon_sm90.py), bf16 and fp8 rows
-    (the latter also into fp16 operands; the former also with a producer warpgroup, with and
-    without its next score dots issued ahead), final and partial outputs, compile with this
+    (the latter also into fp16 operands; both also with a producer warpgroup, bf16 rows with
+    and without its next score dots issued ahead, fp8 rows with 4 and 8 producer warps that
+    dequantize: kernels/gluon_fp8_producer.py), final and partial outputs, compile with this
     Triton: within sm90's shared memory, 36 QK and 16 PV wgmma per step as the Triton tile,
     and one wait for each of the two groups instead of one per dot (with the score dots ahead,
     the first tile's dots and their wait before the loop, and in it one wait for the PV dots
-    and the next score dots, plus an empty one after it)."""
+    and the next score dots, plus an empty one after it). With a producer, the consumers'
+    two warpgroups get at least 232 registers and the producer no more than the rest."""
     counts = _probe(_GLUON_PROBE, tmp_path)
-    assert len(counts) == 10, counts
+    assert len(counts) == 16, counts
     for variant, c in counts.items():
-        ahead = variant.split("/")[3] == "True"
+        fp8, _, producer, ahead, wide = (f == "True" for f in variant.split("/")[:5])
         assert c["shared"] <= configs.SMEM_LIMIT["sm90"], (variant, c)
         assert c["qk"] == 576 // 16 * (2 if ahead else 1), (variant, c)
         assert c["pv"] == 4 * 64 // 16 and c["waits"] == (3 if ahead else 2), (variant, c)
+        if producer:  # (setmaxnreg's values: the consumers' from 200 up, the producer's below)
+            consumers = [r for r in c["regs"] if r >= 200]
+            assert consumers and min(consumers) >= 232, (variant, c)
+            assert all(2 * 128 * 232 + 32 * (8 if wide else 4) * r <= 65536
+                       for r in c["regs"] if r < 200), (variant, c)
 
 
 _PINGPONG_PROBE = r"""

@@ -695,31 +695,29 @@ def sparse_mla_gluon_fp8_kernel(
               BLOCK_H, LAT)
 
 
-def gluon_kernel(fp8: bool, producer: bool = False):
-    """The kernel for fp8_ds_mla rows, or for bf16/fp16 rows with or without a producer warp
-    (``TileConfig.producer_warp``; the fp8 kernel has none)."""
-    if fp8:
-        return sparse_mla_gluon_fp8_kernel
-    return sparse_mla_gluon_ws_kernel if producer else sparse_mla_gluon_kernel
-
-
 def tile_variant(tile, fp8: bool):
     """``(kernel, constexprs, num_warps)`` that a ``TileConfig`` with ``gluon`` selects for a
-    row format: the kernel (fp8_ds_mla, plain, with a producer warpgroup, or with its
-    consumers on alternate tiles: kernels/gluon_pingpong.py), the constexprs that depend on
+    row format: the kernel (fp8_ds_mla, with or without a producer warpgroup that dequantizes:
+    kernels/gluon_fp8_producer.py; plain, with a producer warpgroup, or with its consumers on
+    alternate tiles: kernels/gluon_pingpong.py), the constexprs that depend on
     the tile's fields, and the warps it is launched with. The launcher and portability's
     compile check both take them from here."""
-    if fp8:
-        return gluon_kernel(True), dict(F16=tile.fp8_f16), NUM_WARPS
     pw = 8 if tile.wide_producer else 4
+    if fp8 and tile.producer_warp:
+        from . import gluon_fp8_producer
+
+        return (gluon_fp8_producer.sparse_mla_gluon_fp8_ws_kernel,
+                dict(F16=tile.fp8_f16, NS=NS, PW=pw), NUM_WARPS)
+    if fp8:
+        return sparse_mla_gluon_fp8_kernel, dict(F16=tile.fp8_f16), NUM_WARPS
     if tile.pingpong:
         from . import gluon_pingpong
 
         return (gluon_pingpong.sparse_mla_gluon_pp_kernel,
                 dict(PW=pw, BLOCK_N=gluon_pingpong.BLOCK_N), pw)  # (the producer's warps)
     if tile.producer_warp:
-        return gluon_kernel(False, True), dict(NS=NS, QK_AHEAD=tile.qk_ahead, PW=pw), NUM_WARPS
-    return gluon_kernel(False), dict(NS=NS), NUM_WARPS
+        return sparse_mla_gluon_ws_kernel, dict(NS=NS, QK_AHEAD=tile.qk_ahead, PW=pw), NUM_WARPS
+    return sparse_mla_gluon_kernel, dict(NS=NS), NUM_WARPS
 
 
 def kernel_args(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, split_size, fp8, tile):

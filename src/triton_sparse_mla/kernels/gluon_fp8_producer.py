@@ -1,0 +1,190 @@
+"""sm90's 64-head Gluon tile over fp8_ds_mla rows with a producer warpgroup that gathers and
+dequantizes (``TileConfig.producer_warp`` with fp8_ds_mla rows).
+
+kernels/gluon_sm90.py's fp8 kernel has no producer: its 8 warps wait for the raw bytes,
+dequantize them into the operand tile, issue the next copies, then compute, one after the
+other. Here the consumers are those of the bf16 producer kernel (``_ws_consumer``: wait for a
+slot, score dots, softmax, PV dots, free the slot) over a 2-slot ring of 16-bit operand tiles,
+and ``PW`` producer warps fill the ring: for each step, once its slot is free, they copy the
+tile's raw bytes, scales and rope asynchronously, wait until every copy of the tile has landed
+(an mbarrier), dequantize, and hand the slot over (another mbarrier).
+
+Shared memory has no room for a raw buffer beside q (72 KB), two operand slots (144 KB) and
+P (8 KB): the raw bytes land inside the operand slot they become. A latent tile of 64 rows x
+128 columns of 16-bit values is two 8 KB halves in the 128-byte-swizzled layout, columns 0-63
+of every row, then columns 64-127 (offset bit 12 of the layout: ``gl.to_linear_layout`` of
+SMEM for [64, 128], Triton 3.8), each row's half 128 contiguous bytes. A row's 128 e4m3 bytes
+are copied into the second half at the place of that row's columns 64-127, so converting row
+``r`` overwrites only row ``r``'s raw bytes. Each row is loaded by 8 threads of one warp, in one
+load instruction per thread, before any of them stores the row's values: the conversion
+needs no barrier beyond what the compiler places between the read and the write of the
+tile. The scales (4 fp32 per row) go through 1 KB per slot, the rope straight into the slot's
+bf16 rope tile.
+
+Shared memory: q 72 KB + 2 x (64 + 8) KB + P 8 KB + scales 2 KB: 226.5 KB, one program per SM.
+Registers: the consumers keep the bf16 producer kernel's 232; the producer gets 48 with 4 warps,
+24 with 8 (``PRODUCER_REGS``).
+
+Import only where Gluon is available and not under the interpreter (as gluon_sm90).
+"""
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier
+
+from .gluon_sm90 import (FLAT, FLAT1, SMEM, _NOT_SPECIALIZED, _barrier, _epilogue, _load_q, _row_ids,
+                         _split_range, _tile_origin, _ws_consumer)
+
+# Producer registers per thread, by producer warp count: 4 x 32 x 48 or 8 x 32 x 24 = 6144, so
+# the consumers' two warpgroups keep 232 each (65536 in all).
+PRODUCER_REGS_W4 = gl.constexpr(40)
+PRODUCER_REGS_W8 = gl.constexpr(24)
+
+
+@gluon.jit
+def _raw_half(k_s, slot):
+    """The bytes of ring slot ``slot``'s columns 64-127 of a latent tile ring ``k_s`` ([NS,
+    BLOCK_N, LAT] 16-bit), as [BLOCK_N, LAT] uint8, row ``r`` at byte ``r * LAT`` of the
+    second half: where the slot's rows' raw e4m3 bytes land."""
+    NS: gl.constexpr = k_s.shape[0]
+    BLOCK_N: gl.constexpr = k_s.shape[1]
+    LAT: gl.constexpr = k_s.shape[2]
+    return k_s._reinterpret(gl.uint8, [2 * NS, BLOCK_N, LAT], FLAT).index(2 * slot + 1)
+
+
+@gluon.jit
+def _copy_fp8_rows(k_s0, k_s1, k_s2, k_s3, kp_smem, sc_smem, kv_ptr, ids, ids_s, n_rows, stride_kv,
+                   slot, RAWP: gl.constexpr, ROPEP: gl.constexpr, BLOCK_N: gl.constexpr,
+                   LAT: gl.constexpr, D_PE: gl.constexpr):
+    """The asynchronous copies of fp8_ds_mla rows ``ids`` (RAWP's row slice; ``ids_s`` the
+    same in the scales' layout) into ring slot ``slot``: each latent tile's e4m3 bytes into
+    its second half, the 4 scales of each row into ``sc_smem`` rows ``4 * slot + c``, the bf16
+    rope into the rope tile. Invalid ids (-1 past the end) are zero-filled."""
+    m_r = (ids >= 0) & (ids < n_rows)
+    p_row = kv_ptr + ids.to(gl.int64) * stride_kv
+    ptrs = p_row[:, None] + gl.arange(0, LAT, layout=gl.SliceLayout(0, RAWP))[None, :]
+    async_copy.async_copy_global_to_shared(_raw_half(k_s0, slot), ptrs,
+                                           mask=m_r[:, None])
+    async_copy.async_copy_global_to_shared(_raw_half(k_s1, slot), ptrs + LAT,
+                                           mask=m_r[:, None])
+    async_copy.async_copy_global_to_shared(_raw_half(k_s2, slot), ptrs + 2 * LAT,
+                                           mask=m_r[:, None])
+    async_copy.async_copy_global_to_shared(_raw_half(k_s3, slot), ptrs + 3 * LAT,
+                                           mask=m_r[:, None])
+    m_s = (ids_s >= 0) & (ids_s < n_rows)
+    p_sc = (kv_ptr + ids_s.to(gl.int64) * stride_kv + 4 * LAT).to(gl.pointer_type(gl.float32))
+    for c in gl.static_range(4):
+        async_copy.async_copy_global_to_shared(sc_smem.index(4 * slot + c), p_sc + c, mask=m_s)
+    ids_p = gl.convert_layout(ids, gl.SliceLayout(1, ROPEP), assert_trivial=True)
+    m_p = (ids_p >= 0) & (ids_p < n_rows)
+    # formats.FP8_ROPE_BYTE: the rope after 512 e4m3 bytes and 16 bytes of scales
+    p_pe = (kv_ptr + ids_p.to(gl.int64) * stride_kv + 4 * LAT + 16).to(gl.pointer_type(gl.bfloat16))
+    o_p = gl.arange(0, D_PE, layout=gl.SliceLayout(0, ROPEP))
+    async_copy.async_copy_global_to_shared(kp_smem.index(slot), p_pe[:, None] + o_p[None, :],
+                                           mask=m_p[:, None])
+
+
+@gluon.jit
+def _dequant_in_place(k_s, slot, sc, RAWP: gl.constexpr, F16: gl.constexpr):
+    """Ring slot ``slot`` of a latent tile ring ``k_s``: its raw bytes (the second half) times
+    its rows' scales ``sc`` ([BLOCK_N] fp32) into its 16-bit values: in fp16 with F16 (the scale rounded to fp16, one packed
+    multiply per two values), else in fp32 rounded once to bf16. Every row's bytes are loaded
+    (one instruction of its warp) before any of its values is stored over them."""
+    k_tile = k_s.index(slot)
+    b_raw = _raw_half(k_s, slot).load(RAWP)  # [BLOCK_N, LAT] uint8
+    b_sc = sc.load(gl.SliceLayout(1, RAWP))  # [BLOCK_N] fp32
+    if F16:
+        b_v = b_raw.to(gl.float8e4nv, bitcast=True).to(gl.float16)
+        k_tile.store(b_v * b_sc.to(gl.float16)[:, None])
+    else:
+        b_v = b_raw.to(gl.float8e4nv, bitcast=True).to(gl.float32)
+        k_tile.store((b_v * b_sc[:, None]).to(gl.bfloat16))
+
+
+@gluon.jit
+def _fp8_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2, k_s3,
+                  kp_smem, sc_smem, landed, ready, free, BLOCK_N: gl.constexpr, LAT: gl.constexpr,
+                  D_PE: gl.constexpr, NS: gl.constexpr, PW: gl.constexpr, F16: gl.constexpr):
+    """The ``PW`` producer warps: for each step, once the consumers freed its slot, the
+    copies of the tile; once every producer thread's copies have landed (``landed``), the four
+    latent tiles dequantized in place; then, fenced for the consumers' wgmma, one arrival per
+    thread on the slot's ``ready`` barrier. The next step's ids are loaded while the copies
+    fly."""
+    # 16 bytes per thread, a row's 128 bytes in 8 threads of one warp (RAWP: e4m3 bytes, ROPEP:
+    # the rope's 64 bf16), 4 rows per warp and pass
+    RAWP: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [PW, 1], [1, 0])
+    ROPEP: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [PW, 1], [1, 0])
+    SCP: gl.constexpr = gl.BlockedLayout([1], [32], [PW], [0])
+    ROWS: gl.constexpr = gl.SliceLayout(1, RAWP)
+    ids = _row_ids(p_idx, n_start, n_end, ROWS, BLOCK_N)
+    ids_s = _row_ids(p_idx, n_start, n_end, SCP, BLOCK_N)
+    for i in range(n_steps):
+        slot = i % NS
+        phase = (i // NS) & 1
+        # the slot's previous tile (step i - NS) has been read; the first NS steps pass at once
+        mbarrier.wait(free.index(slot), phase ^ 1)
+        _copy_fp8_rows(k_s0, k_s1, k_s2, k_s3, kp_smem, sc_smem, kv_ptr, ids, ids_s, n_rows, stride_kv,
+                       slot, RAWP, ROPEP, BLOCK_N, LAT, D_PE)
+        async_copy.mbarrier_arrive(landed.index(slot), increment_count=False)
+        ids = _row_ids(p_idx, n_start + (i + 1) * BLOCK_N, n_end, ROWS, BLOCK_N)
+        ids_s = _row_ids(p_idx, n_start + (i + 1) * BLOCK_N, n_end, SCP, BLOCK_N)
+        mbarrier.wait(landed.index(slot), phase)
+        _dequant_in_place(k_s0, slot, sc_smem.index(4 * slot), RAWP, F16)
+        _dequant_in_place(k_s1, slot, sc_smem.index(4 * slot + 1), RAWP, F16)
+        _dequant_in_place(k_s2, slot, sc_smem.index(4 * slot + 2), RAWP, F16)
+        _dequant_in_place(k_s3, slot, sc_smem.index(4 * slot + 3), RAWP, F16)
+        fence_async_shared()  # this thread's stores (generic proxy) before the wgmma's reads
+        mbarrier.arrive(ready.index(slot), count=1)
+
+
+@gluon.jit(do_not_specialize=_NOT_SPECIALIZED)
+def sparse_mla_gluon_fp8_ws_kernel(
+    q_nope_ptr, q_pe_ptr, kv_ptr, idx_ptr, len_ptr, sink_ptr, out_ptr, lse_ptr,
+    qk_scale, n_rows, n_heads, topk, split_size,
+    stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h, stride_kv, stride_idx_t,
+    stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
+    HAS_LEN: gl.constexpr, HAS_SINK: gl.constexpr, PARTIAL: gl.constexpr,
+    BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
+    NS: gl.constexpr, PW: gl.constexpr, F16: gl.constexpr,
+):
+    """gluon_sm90.sparse_mla_gluon_fp8_kernel's program with its gathers and dequantization in
+    ``PW`` producer warps (this module's docstring). With F16 (``TileConfig.fp8_f16``) the
+    latent operands are fp16 (q scaled by 2^-8, which the launcher divides out of
+    ``qk_scale``), the rope dot bf16."""
+    i_t, h0 = _tile_origin(n_heads, BLOCK_H)
+    q_s0, q_s1, q_s2, q_s3, q_sp = _load_q(q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
+                                           stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, LAT, D_PE,
+                                           F16)
+    op_t: gl.constexpr = gl.float16 if F16 else gl.bfloat16  # the latent operands' type
+    k_s0 = gl.allocate_shared_memory(op_t, [NS, BLOCK_N, LAT], SMEM)
+    k_s1 = gl.allocate_shared_memory(op_t, [NS, BLOCK_N, LAT], SMEM)
+    k_s2 = gl.allocate_shared_memory(op_t, [NS, BLOCK_N, LAT], SMEM)
+    k_s3 = gl.allocate_shared_memory(op_t, [NS, BLOCK_N, LAT], SMEM)
+    kp_smem = gl.allocate_shared_memory(gl.bfloat16, [NS, BLOCK_N, D_PE], SMEM)
+    p_smem = gl.allocate_shared_memory(op_t, [BLOCK_H, BLOCK_N], SMEM)
+    sc_smem = gl.allocate_shared_memory(gl.float32, [4 * NS, BLOCK_N], FLAT1)
+    landed = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
+    free = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
+    for j in gl.static_range(NS):
+        mbarrier.init(landed.index(j), count=32 * PW)  # one copy-completion per producer thread
+        mbarrier.init(ready.index(j), count=32 * PW)  # one arrival per producer thread
+        mbarrier.init(free.index(j), count=1)
+    fence_async_shared()  # q's stores and the barriers' initialisation, before the partitions
+    _barrier()
+
+    i_s = gl.program_id(1)
+    n_start, n_end, n_steps = _split_range(len_ptr, i_t, i_s, split_size, topk, HAS_LEN, BLOCK_N)
+    p_idx = idx_ptr + i_t * stride_idx_t
+    REGS: gl.constexpr = PRODUCER_REGS_W8 if PW == 8 else PRODUCER_REGS_W4
+    acc0, acc1, acc2, acc3, b_m, b_l2 = gl.warp_specialize(
+        [(_ws_consumer, (q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_smem, p_smem, ready,
+                         free, p_idx, n_start, n_end, n_steps, n_rows, qk_scale, BLOCK_H, BLOCK_N, LAT,
+                         NS, False)),
+         (_fp8_producer, (kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2,
+                          k_s3, kp_smem, sc_smem, landed, ready, free, BLOCK_N, LAT, D_PE, NS, PW, F16))],
+        [PW], [REGS])
+    _epilogue(acc0, acc1, acc2, acc3, b_m, b_l2, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0, n_heads,
+              stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h, HAS_SINK, PARTIAL,
+              BLOCK_H, LAT)

@@ -108,8 +108,9 @@ def _fp8_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s
                   D_PE: gl.constexpr, NS: gl.constexpr, PW: gl.constexpr, F16: gl.constexpr):
     """The ``PW`` producer warps: for each step, once the consumers freed its slot, the
     copies of the tile; once every producer thread's copies have landed (``landed``), the four
-    latent tiles dequantized in place; then, fenced for the consumers' wgmma, one arrival per
-    thread on the slot's ``ready`` barrier. The next step's ids are loaded while the copies
+    latent tiles dequantized in place; then, fenced for the consumers' wgmma, the slot's
+    ``ready`` barrier completed (Gluon's ``mbarrier.arrive``: a barrier of the partition's
+    threads, then one arrival). The next step's ids are loaded while the copies
     fly."""
     # 16 bytes per thread, a row's 128 bytes in 8 threads of one warp (RAWP: e4m3 bytes, ROPEP:
     # the rope's 64 bf16), 4 rows per warp and pass
@@ -134,7 +135,9 @@ def _fp8_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s
         _dequant_in_place(k_s1, slot, sc_smem.index(4 * slot + 1), RAWP, F16)
         _dequant_in_place(k_s2, slot, sc_smem.index(4 * slot + 2), RAWP, F16)
         _dequant_in_place(k_s3, slot, sc_smem.index(4 * slot + 3), RAWP, F16)
-        fence_async_shared()  # this thread's stores (generic proxy) before the wgmma's reads
+        # this thread's stores (generic proxy) before the wgmma's reads; then the producer's
+        # barrier and one arrival (as Gluon lowers mbarrier.arrive)
+        fence_async_shared()
         mbarrier.arrive(ready.index(slot), count=1)
 
 
@@ -169,7 +172,7 @@ def sparse_mla_gluon_fp8_ws_kernel(
     free = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
     for j in gl.static_range(NS):
         mbarrier.init(landed.index(j), count=32 * PW)  # one copy-completion per producer thread
-        mbarrier.init(ready.index(j), count=32 * PW)  # one arrival per producer thread
+        mbarrier.init(ready.index(j), count=1)  # (mbarrier.arrive: the partition's barrier, then one thread)
         mbarrier.init(free.index(j), count=1)
     fence_async_shared()  # q's stores and the barriers' initialisation, before the partitions
     _barrier()

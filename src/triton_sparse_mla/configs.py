@@ -201,7 +201,7 @@ C = TileConfig
 _G64 = C(64, 64, 8, 2, exchange_p=True, gluon=True, producer_warp=True, wide_producer=True)
 # Its fp8_ds_mla rows into fp16 operands (fp8_f16): 1.03-1.05x on decode T=32-512, 64 and 128
 # heads (H200, 2026-12-01, run 73).
-_G64_F16 = C(64, 64, 8, 2, exchange_p=True, gluon=True, fp8_f16=True)
+_G64_F16 = C(64, 64, 8, 2, exchange_p=True, gluon=True, fp8_f16=True, producer_warp=True)
 _SM90 = {
     ("latency", "plain"): ((_ANY, C(16, 64, 4, 2)),),
     ("latency", "fp8"): ((16, C(16, 32, 4, 2, fp8_f16=True, rows_ahead=True)),

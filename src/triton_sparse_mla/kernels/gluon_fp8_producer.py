@@ -33,7 +33,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier
 
-from .gluon_sm90 import (FLAT, FLAT1, SMEM, _NOT_SPECIALIZED, _barrier, _epilogue, _load_q, _row_ids,
+from .gluon_sm90 import (FLAT, SMEM, _NOT_SPECIALIZED, _barrier, _epilogue, _load_q, _pass_ids,
                          _split_range, _tile_origin, _ws_consumer)
 
 # Producer registers per thread, by producer warp count: 4 x 32 x 48 or 8 x 32 x 24 = 6144, so
@@ -54,87 +54,107 @@ def _raw_half(k_s, slot):
 
 
 @gluon.jit
-def _copy_fp8_rows(k_s0, k_s1, k_s2, k_s3, kp_smem, sc_smem, kv_ptr, ids, ids_s, n_rows, stride_kv,
-                   slot, RAWP: gl.constexpr, ROPEP: gl.constexpr, BLOCK_N: gl.constexpr,
-                   LAT: gl.constexpr, D_PE: gl.constexpr):
-    """The asynchronous copies of fp8_ds_mla rows ``ids`` (RAWP's row slice; ``ids_s`` the
-    same in the scales' layout) into ring slot ``slot``: each latent tile's e4m3 bytes into
-    its second half, the 4 scales of each row into ``sc_smem`` rows ``4 * slot + c``, the bf16
-    rope into the rope tile. Invalid ids (-1 past the end) are zero-filled."""
-    m_r = (ids >= 0) & (ids < n_rows)
+def _copy_pass(k_s0, k_s1, k_s2, k_s3, kp_smem, sc_smem, kv_ptr, ids, n_rows, stride_kv, slot,
+               row0: gl.constexpr, RAWP: gl.constexpr, ROPEP: gl.constexpr, SC4: gl.constexpr):
+    """The asynchronous copies of one pass of fp8_ds_mla rows ``ids`` ([ROWS] in RAWP's row
+    slice) into rows ``row0 : row0 + ROWS`` of ring slot ``slot``: each latent tile's e4m3
+    bytes into its second half, each row's 4 fp32 scales into ``sc_smem`` ([NS, BLOCK_N, 4]),
+    the bf16 rope into the rope tile; one 16-byte copy per thread and tile. Invalid ids (-1
+    past the end) are zero-filled."""
+    ROWS: gl.constexpr = ids.shape[0]
+    LAT: gl.constexpr = k_s0.shape[2]
+    D_PE: gl.constexpr = kp_smem.shape[2]
+    m_r = ((ids >= 0) & (ids < n_rows))[:, None]
     p_row = kv_ptr + ids.to(gl.int64) * stride_kv
     ptrs = p_row[:, None] + gl.arange(0, LAT, layout=gl.SliceLayout(0, RAWP))[None, :]
-    async_copy.async_copy_global_to_shared(_raw_half(k_s0, slot), ptrs,
-                                           mask=m_r[:, None])
-    async_copy.async_copy_global_to_shared(_raw_half(k_s1, slot), ptrs + LAT,
-                                           mask=m_r[:, None])
-    async_copy.async_copy_global_to_shared(_raw_half(k_s2, slot), ptrs + 2 * LAT,
-                                           mask=m_r[:, None])
-    async_copy.async_copy_global_to_shared(_raw_half(k_s3, slot), ptrs + 3 * LAT,
-                                           mask=m_r[:, None])
-    m_s = (ids_s >= 0) & (ids_s < n_rows)
+    async_copy.async_copy_global_to_shared(_raw_half(k_s0, slot).slice(row0, ROWS), ptrs, mask=m_r)
+    async_copy.async_copy_global_to_shared(_raw_half(k_s1, slot).slice(row0, ROWS), ptrs + LAT, mask=m_r)
+    async_copy.async_copy_global_to_shared(_raw_half(k_s2, slot).slice(row0, ROWS), ptrs + 2 * LAT,
+                                           mask=m_r)
+    async_copy.async_copy_global_to_shared(_raw_half(k_s3, slot).slice(row0, ROWS), ptrs + 3 * LAT,
+                                           mask=m_r)
+    ids_s = gl.convert_layout(ids, gl.SliceLayout(1, SC4), assert_trivial=True)
     p_sc = (kv_ptr + ids_s.to(gl.int64) * stride_kv + 4 * LAT).to(gl.pointer_type(gl.float32))
-    for c in gl.static_range(4):
-        async_copy.async_copy_global_to_shared(sc_smem.index(4 * slot + c), p_sc + c, mask=m_s)
+    async_copy.async_copy_global_to_shared(
+        sc_smem.index(slot).slice(row0, ROWS), p_sc[:, None] + gl.arange(0, 4, layout=gl.SliceLayout(0, SC4))[None, :],
+        mask=((ids_s >= 0) & (ids_s < n_rows))[:, None])
     ids_p = gl.convert_layout(ids, gl.SliceLayout(1, ROPEP), assert_trivial=True)
-    m_p = (ids_p >= 0) & (ids_p < n_rows)
     # formats.FP8_ROPE_BYTE: the rope after 512 e4m3 bytes and 16 bytes of scales
     p_pe = (kv_ptr + ids_p.to(gl.int64) * stride_kv + 4 * LAT + 16).to(gl.pointer_type(gl.bfloat16))
     o_p = gl.arange(0, D_PE, layout=gl.SliceLayout(0, ROPEP))
-    async_copy.async_copy_global_to_shared(kp_smem.index(slot), p_pe[:, None] + o_p[None, :],
-                                           mask=m_p[:, None])
+    async_copy.async_copy_global_to_shared(kp_smem.index(slot).slice(row0, ROWS), p_pe[:, None] + o_p[None, :],
+                                           mask=((ids_p >= 0) & (ids_p < n_rows))[:, None])
 
 
 @gluon.jit
-def _dequant_in_place(k_s, slot, sc, RAWP: gl.constexpr, F16: gl.constexpr):
-    """Ring slot ``slot`` of a latent tile ring ``k_s``: its raw bytes (the second half) times
-    its rows' scales ``sc`` ([BLOCK_N] fp32) into its 16-bit values: in fp16 with F16 (the scale rounded to fp16, one packed
-    multiply per two values), else in fp32 rounded once to bf16. Every row's bytes are loaded
-    (one instruction of its warp) before any of its values is stored over them."""
-    k_tile = k_s.index(slot)
-    b_raw = _raw_half(k_s, slot).load(RAWP)  # [BLOCK_N, LAT] uint8
-    b_sc = sc.load(gl.SliceLayout(1, RAWP))  # [BLOCK_N] fp32
+def _scaled(b_raw, b_sc4, c: gl.constexpr, F16: gl.constexpr):
+    """e4m3 bytes ``b_raw`` [ROWS, LAT] times column ``c`` of their rows' scales ``b_sc4``
+    [ROWS, 4]: in fp16 with F16 (the scale rounded to fp16, one packed multiply per two
+    values), else in fp32 rounded once to bf16."""
+    o_c = gl.arange(0, 4, layout=gl.SliceLayout(0, b_sc4.type.layout))
+    b_sc = gl.sum(gl.where(o_c[None, :] == c, b_sc4, 0.0), axis=1)  # (in-thread)
+    b_sc = gl.convert_layout(b_sc, gl.SliceLayout(1, b_raw.type.layout), assert_trivial=True)
     if F16:
-        b_v = b_raw.to(gl.float8e4nv, bitcast=True).to(gl.float16)
-        k_tile.store(b_v * b_sc.to(gl.float16)[:, None])
+        b_v = b_raw.to(gl.float8e4nv, bitcast=True).to(gl.float16) * b_sc.to(gl.float16)[:, None]
     else:
-        b_v = b_raw.to(gl.float8e4nv, bitcast=True).to(gl.float32)
-        k_tile.store((b_v * b_sc[:, None]).to(gl.bfloat16))
+        b_v = (b_raw.to(gl.float8e4nv, bitcast=True).to(gl.float32) * b_sc[:, None]).to(gl.bfloat16)
+    return b_v
+
+
+@gluon.jit
+def _dequant_pass(k_s0, k_s1, k_s2, k_s3, sc_smem, slot, row0: gl.constexpr, RAWP: gl.constexpr, SC4: gl.constexpr,
+                  ROWS: gl.constexpr, F16: gl.constexpr):
+    """Rows ``row0 : row0 + ROWS`` of ring slot ``slot``: the four latent tiles' raw bytes
+    (their second halves) times the rows' scales into their 16-bit values, in place. Every
+    row's bytes of a tile are loaded (one instruction of its warp) before any of its values is
+    stored over them; the four tiles' loads come first."""
+    b_r0 = _raw_half(k_s0, slot).slice(row0, ROWS).load(RAWP)  # [ROWS, LAT] uint8
+    b_r1 = _raw_half(k_s1, slot).slice(row0, ROWS).load(RAWP)
+    b_r2 = _raw_half(k_s2, slot).slice(row0, ROWS).load(RAWP)
+    b_r3 = _raw_half(k_s3, slot).slice(row0, ROWS).load(RAWP)
+    b_sc4 = sc_smem.index(slot).slice(row0, ROWS).load(SC4)  # [ROWS, 4] fp32
+    k_s0.index(slot).slice(row0, ROWS).store(_scaled(b_r0, b_sc4, 0, F16))
+    k_s1.index(slot).slice(row0, ROWS).store(_scaled(b_r1, b_sc4, 1, F16))
+    k_s2.index(slot).slice(row0, ROWS).store(_scaled(b_r2, b_sc4, 2, F16))
+    k_s3.index(slot).slice(row0, ROWS).store(_scaled(b_r3, b_sc4, 3, F16))
 
 
 @gluon.jit
 def _fp8_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2, k_s3,
-                  kp_smem, sc_smem, landed, ready, free, BLOCK_N: gl.constexpr, LAT: gl.constexpr,
-                  D_PE: gl.constexpr, NS: gl.constexpr, PW: gl.constexpr, F16: gl.constexpr):
+                  kp_smem, sc_smem, landed, ready, free, BLOCK_N: gl.constexpr, NS: gl.constexpr,
+                  PW: gl.constexpr, F16: gl.constexpr):
     """The ``PW`` producer warps: for each step, once the consumers freed its slot, the
-    copies of the tile; once every producer thread's copies have landed (``landed``), the four
-    latent tiles dequantized in place; then, fenced for the consumers' wgmma, the slot's
-    ``ready`` barrier completed (Gluon's ``mbarrier.arrive``: a barrier of the partition's
-    threads, then one arrival). The next step's ids are loaded while the copies
+    copies of the tile in passes of ``4 * PW`` rows, each pass with an arrival on its own
+    ``landed`` barrier when this thread's copies have landed; then pass by pass, once every
+    producer thread's copies of the pass have landed, the pass dequantized in place (so the
+    first passes convert while the last still land); then, fenced for the consumers' wgmma,
+    the slot's ``ready`` barrier completed (Gluon's ``mbarrier.arrive``: a barrier of the
+    partition's threads, then one arrival). The next step's ids are loaded while the copies
     fly."""
-    # 16 bytes per thread, a row's 128 bytes in 8 threads of one warp (RAWP: e4m3 bytes, ROPEP:
-    # the rope's 64 bf16), 4 rows per warp and pass
+    # 16 bytes per thread and copy, a row in 8 threads of one warp (RAWP: 128 e4m3 bytes of a
+    # latent tile, ROPEP: the rope's 64 bf16, SC4: the row's 4 scales, replicated), 4 rows per
+    # warp and pass
     RAWP: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [PW, 1], [1, 0])
     ROPEP: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [PW, 1], [1, 0])
-    SCP: gl.constexpr = gl.BlockedLayout([1], [32], [PW], [0])
-    ROWS: gl.constexpr = gl.SliceLayout(1, RAWP)
-    ids = _row_ids(p_idx, n_start, n_end, ROWS, BLOCK_N)
-    ids_s = _row_ids(p_idx, n_start, n_end, SCP, BLOCK_N)
+    SC4: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [PW, 1], [1, 0])
+    ROWS: gl.constexpr = 4 * PW
+    PASSES: gl.constexpr = BLOCK_N // ROWS
+    o_j = gl.arange(0, PASSES, layout=gl.SliceLayout(0, RAWP))
+    ids = _pass_ids(p_idx, n_start, n_end, ROWS, PASSES, RAWP)
     for i in range(n_steps):
         slot = i % NS
         phase = (i // NS) & 1
         # the slot's previous tile (step i - NS) has been read; the first NS steps pass at once
         mbarrier.wait(free.index(slot), phase ^ 1)
-        _copy_fp8_rows(k_s0, k_s1, k_s2, k_s3, kp_smem, sc_smem, kv_ptr, ids, ids_s, n_rows, stride_kv,
-                       slot, RAWP, ROPEP, BLOCK_N, LAT, D_PE)
-        async_copy.mbarrier_arrive(landed.index(slot), increment_count=False)
-        ids = _row_ids(p_idx, n_start + (i + 1) * BLOCK_N, n_end, ROWS, BLOCK_N)
-        ids_s = _row_ids(p_idx, n_start + (i + 1) * BLOCK_N, n_end, SCP, BLOCK_N)
-        mbarrier.wait(landed.index(slot), phase)
-        _dequant_in_place(k_s0, slot, sc_smem.index(4 * slot), RAWP, F16)
-        _dequant_in_place(k_s1, slot, sc_smem.index(4 * slot + 1), RAWP, F16)
-        _dequant_in_place(k_s2, slot, sc_smem.index(4 * slot + 2), RAWP, F16)
-        _dequant_in_place(k_s3, slot, sc_smem.index(4 * slot + 3), RAWP, F16)
+        for j in gl.static_range(PASSES):
+            b_idx = gl.sum(gl.where(o_j[None, :] == j, ids, 0), axis=1)  # (in-thread)
+            _copy_pass(k_s0, k_s1, k_s2, k_s3, kp_smem, sc_smem, kv_ptr, b_idx, n_rows, stride_kv, slot,
+                       j * ROWS, RAWP, ROPEP, SC4)
+            async_copy.mbarrier_arrive(landed.index(slot * PASSES + j), increment_count=False)
+        ids = _pass_ids(p_idx, n_start + (i + 1) * BLOCK_N, n_end, ROWS, PASSES, RAWP)
+        for j in gl.static_range(PASSES):
+            mbarrier.wait(landed.index(slot * PASSES + j), phase)
+            _dequant_pass(k_s0, k_s1, k_s2, k_s3, sc_smem, slot, j * ROWS, RAWP, SC4, ROWS, F16)
         # this thread's stores (generic proxy) before the wgmma's reads; then the producer's
         # barrier and one arrival (as Gluon lowers mbarrier.arrive)
         fence_async_shared()
@@ -166,12 +186,14 @@ def sparse_mla_gluon_fp8_ws_kernel(
     k_s3 = gl.allocate_shared_memory(op_t, [NS, BLOCK_N, LAT], SMEM)
     kp_smem = gl.allocate_shared_memory(gl.bfloat16, [NS, BLOCK_N, D_PE], SMEM)
     p_smem = gl.allocate_shared_memory(op_t, [BLOCK_H, BLOCK_N], SMEM)
-    sc_smem = gl.allocate_shared_memory(gl.float32, [4 * NS, BLOCK_N], FLAT1)
-    landed = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
+    sc_smem = gl.allocate_shared_memory(gl.float32, [NS, BLOCK_N, 4], FLAT)
+    PASSES: gl.constexpr = BLOCK_N // (4 * PW)  # (the producer's passes per tile)
+    landed = gl.allocate_shared_memory(gl.int64, [NS * PASSES, 1], mbarrier.MBarrierLayout())
     ready = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
     free = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
-    for j in gl.static_range(NS):
+    for j in gl.static_range(NS * PASSES):
         mbarrier.init(landed.index(j), count=32 * PW)  # one copy-completion per producer thread
+    for j in gl.static_range(NS):
         mbarrier.init(ready.index(j), count=1)  # (mbarrier.arrive: the partition's barrier, then one thread)
         mbarrier.init(free.index(j), count=1)
     fence_async_shared()  # q's stores and the barriers' initialisation, before the partitions
@@ -186,7 +208,7 @@ def sparse_mla_gluon_fp8_ws_kernel(
                          free, p_idx, n_start, n_end, n_steps, n_rows, qk_scale, BLOCK_H, BLOCK_N, LAT,
                          NS, False)),
          (_fp8_producer, (kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2,
-                          k_s3, kp_smem, sc_smem, landed, ready, free, BLOCK_N, LAT, D_PE, NS, PW, F16))],
+                          k_s3, kp_smem, sc_smem, landed, ready, free, BLOCK_N, NS, PW, F16))],
         [PW], [REGS])
     _epilogue(acc0, acc1, acc2, acc3, b_m, b_l2, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0, n_heads,
               stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h, HAS_SINK, PARTIAL,

@@ -336,14 +336,18 @@ def main_toggle(path, field, fmt=None, heads=None, base=None):
     for w in TOGGLE_WORKLOADS:
         if (fmt and w.fmt != fmt) or (heads and w.h not in heads):
             continue
-        inputs = make_inputs(w, caches)
         fp8 = w.fmt == "fp8_ds_mla"
         tile = configs.plan_launch("sm90", sms, 1, t_count=w.t, h_count=w.h, topk=2048, fp8=fp8).tile
-        if base:
-            tile = dataclasses.replace(tile, **{base: True})
+        try:  # (a tile that cannot take the field, e.g. a Gluon-only one on a Triton tile: skipped)
+            tile = dataclasses.replace(tile, **{base: True}) if base else tile
+            variants = [dataclasses.replace(tile, **{field: on}) for on in (False, True)]
+        except ValueError as exc:
+            print(f"TOGGLE {w.name:38} skipped: {exc}", flush=True)
+            continue
+        inputs = make_inputs(w, caches)
         first = []
         for on in (False, True, False, True):
-            t = dataclasses.replace(tile, **{field: on})
+            t = variants[on]
             rec, meta = time_against_first(inputs, w, t, fp8, sms, first)
             records.append(dict(rec, field=field, on=on))
             print(f"TOGGLE {w.name:38} {t.block_h}x{t.block_n} s{t.num_stages} ex={int(t.exchange_p)} "

@@ -76,10 +76,11 @@ class TileConfig:
     # unaligned cache) the Triton kernel runs the tile's other fields. Only the 64x64 tile of
     # 8 warps.
     gluon: bool = False
-    # With ``gluon``, bf16/fp16 rows: the gathers issued by a producer warpgroup
-    # (kernels/gluon_sm90.py, sparse_mla_gluon_ws_kernel), the tiles handed over through
-    # mbarriers; fp8_ds_mla rows ignore it. 1.05-1.07x on sm90's 64-head tile (H200,
-    # 2026-12-01, runs 75-76).
+    # With ``gluon``: the gathers issued by a producer warpgroup, the tiles handed over through
+    # mbarriers. bf16/fp16 rows: kernels/gluon_sm90.py, sparse_mla_gluon_ws_kernel, 1.05-1.07x on
+    # sm90's 64-head tile (H200, 2026-12-01, runs 75-76). fp8_ds_mla rows: the producer also
+    # dequantizes, in place in the operand slot (kernels/gluon_fp8_producer.py), 1.22x at 64
+    # and 1.25x at 128 heads on decode T=128 (H200, 2026-12-02, run 98).
     producer_warp: bool = False
     # With ``producer_warp``: the next tile's score dots issued during this tile's softmax
     # (a second score tile in registers). 0.75-0.82x of the producer kernel without it (H200,
@@ -88,7 +89,9 @@ class TileConfig:
     qk_ahead: bool = False
     # With ``producer_warp``: 8 producer warps instead of 4 (passes of 16 rows, half the
     # passes per warp; the consumers at 232 registers instead of 240, no spills, Triton 3.6 and
-    # 3.8). 1.00-1.04x, 1.16x with random lengths (H200, 2026-12-02, run 87); shipped.
+    # 3.8). bf16 rows: 1.00-1.04x, 1.16x with random lengths (H200, 2026-12-02, run 87);
+    # shipped. fp8_ds_mla rows: 0.95-0.96x with the whole-tile conversion (run 97: at 24
+    # registers the dequantizing producer spills), not timed with the passes; off.
     wide_producer: bool = False
     # With ``producer_warp``: the two consumer warpgroups on alternate tiles, the output's
     # columns split between them (kernels/gluon_pingpong.py), so that one's score dots run
@@ -200,7 +203,11 @@ C = TileConfig
 # BENCHMARKS.md "Eight producer warps").
 _G64 = C(64, 64, 8, 2, exchange_p=True, gluon=True, producer_warp=True, wide_producer=True)
 # Its fp8_ds_mla rows into fp16 operands (fp8_f16): 1.03-1.05x on decode T=32-512, 64 and 128
-# heads (H200, 2026-12-01, run 73).
+# heads (H200, 2026-12-01, run 73). Gathered and dequantized by a producer warpgroup of 4 warps
+# (producer_warp; kernels/gluon_fp8_producer.py), converting in passes of 16 rows: decode T=128
+# 1.22x at 64 heads and 1.25x at 128 (H200, 2026-12-02, run 98; with the tile converted whole
+# after its last copy, 1.02x and 1.06x, run 97). Its decode rows with 64 and 128 heads, T=4-512,
+# against run 89's table (another run): 1.01-1.31x (BENCHMARKS.md "A producer that dequantizes").
 _G64_F16 = C(64, 64, 8, 2, exchange_p=True, gluon=True, fp8_f16=True, producer_warp=True)
 _SM90 = {
     ("latency", "plain"): ((_ANY, C(16, 64, 4, 2)),),

@@ -6,8 +6,8 @@ dequantize them into the operand tile, issue the next copies, then compute, one 
 other. Here the consumers are those of the bf16 producer kernel (``_ws_consumer``: wait for a
 slot, score dots, softmax, PV dots, free the slot) over a 2-slot ring of 16-bit operand tiles,
 and ``PW`` producer warps fill the ring: for each step, once its slot is free, they copy the
-tile's raw bytes, scales and rope asynchronously, wait until every copy of the tile has landed
-(an mbarrier), dequantize, and hand the slot over (another mbarrier).
+tile's raw bytes, scales and rope asynchronously, wait until the copies have landed (an
+mbarrier per pass of rows), dequantize, and hand the slot over (another mbarrier).
 
 Shared memory has no room for a raw buffer beside q (72 KB), two operand slots (144 KB) and
 P (8 KB): the raw bytes land inside the operand slot they become. A latent tile of 64 rows x
@@ -16,14 +16,30 @@ of every row, then columns 64-127 (offset bit 12 of the layout: ``gl.to_linear_l
 SMEM for [64, 128], Triton 3.8), each row's half 128 contiguous bytes. A row's 128 e4m3 bytes
 are copied into the second half at the place of that row's columns 64-127, so converting row
 ``r`` overwrites only row ``r``'s raw bytes. Each row is loaded by 8 threads of one warp, in one
-load instruction per thread, before any of them stores the row's values: the conversion
-needs no barrier beyond what the compiler places between the read and the write of the
-tile. The scales (4 fp32 per row) go through 1 KB per slot, the rope straight into the slot's
-bf16 rope tile.
+load instruction per thread, before any of them stores the row's values (a warp's shared
+memory accesses are performed in its program order): the conversion needs no barrier beyond
+those the compiler places between the reads and the writes of a tile. The scales (4 fp32 per
+row) go through 1 KB per slot, the rope straight into the slot's bf16 rope tile.
 
-Shared memory: q 72 KB + 2 x (64 + 8) KB + P 8 KB + scales 2 KB: 226.5 KB, one program per SM.
-Registers: the consumers keep the bf16 producer kernel's 232; the producer gets 48 with 4 warps,
-24 with 8 (``PRODUCER_REGS``).
+The producer works in passes of ``4 * PW`` rows, one 16-byte copy per thread, tile and pass,
+each pass with a ``landed`` mbarrier of its own: the first passes are converted while the last
+still land. (Converting the tile only after its last copy landed put the whole conversion
+on the step's critical path: with two slots the producer starts a tile's copies only when
+the consumers free its slot, one step before they need it, and the copies' latency already
+fills most of that step. It was 1.02x at 64 heads and 1.06x at 128 over the kernel without a
+producer; in passes, 1.22x and 1.25x. Decode T=128, H200, 2026-12-02, runs 97-98.)
+
+Shared memory: q 72 KB + 2 x (64 + 8) KB + P 8 KB + scales 2 KB: 226.6 KB (232,036 bytes of
+232,448), one program per SM. Registers: the consumers keep the bf16 producer kernel's 232; the
+producer gets 40 with 4 warps (compiled for sm90 by Triton 3.6: 14 bytes of spills per thread,
+a loop of about 560 instructions per step), 24 with 8 (spills 48 loads per step: 0.95x of 4
+warps with the whole-tile conversion, run 97; not shipped).
+
+On the H200 (run 98) decode T=128 over a 1M-row cache: 111.2 us at 64 heads against FlashMLA's
+fp8 kernel 115.2 us, 210.9 against 185.1 at 128 heads. Its GPU tests and the suite passed
+(232), memcheck 0 errors; racecheck reports only at Triton's warp-specialization hand-over,
+the same sites as the bf16 producer kernel's (run 100; BENCHMARKS.md "A producer that
+dequantizes").
 
 Import only where Gluon is available and not under the interpreter (as gluon_sm90).
 """
@@ -36,8 +52,8 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 from .gluon_sm90 import (FLAT, SMEM, _NOT_SPECIALIZED, _barrier, _epilogue, _load_q, _pass_ids,
                          _split_range, _tile_origin, _ws_consumer)
 
-# Producer registers per thread, by producer warp count: 4 x 32 x 48 or 8 x 32 x 24 = 6144, so
-# the consumers' two warpgroups keep 232 each (65536 in all).
+# Producer registers per thread, by producer warp count: 4 x 32 x 40 (5120; with 48 Triton
+# gives the consumers 224) or 8 x 32 x 24 (6144), so the consumers' two warpgroups keep 232 each.
 PRODUCER_REGS_W4 = gl.constexpr(40)
 PRODUCER_REGS_W8 = gl.constexpr(24)
 

@@ -85,7 +85,8 @@ class TileConfig:
     # With ``producer_warp``: the next tile's score dots issued during this tile's softmax
     # (a second score tile in registers). 0.75-0.82x of the producer kernel without it (H200,
     # 2026-12-01, run 76): with two ring slots, the dots wait for a tile the producer only
-    # began to copy when the step before ended. On in no table.
+    # began to copy when the step before ended. On in no table. bf16/fp16 rows; fp8_ds_mla rows
+    # ignore it.
     qk_ahead: bool = False
     # With ``producer_warp``: 8 producer warps instead of 4 (passes of 16 rows, half the
     # passes per warp; the consumers at 232 registers instead of 240, no spills, Triton 3.6 and

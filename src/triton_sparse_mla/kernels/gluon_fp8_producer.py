@@ -49,7 +49,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier
 
-from .gluon_sm90 import (FLAT, SMEM, _NOT_SPECIALIZED, _barrier, _epilogue, _load_q, _pass_ids,
+from .gluon_sm90 import (FLAT, _NOT_SPECIALIZED, _barrier, _epilogue, _load_q, _pass_ids, _rows_ring,
                          _split_range, _tile_origin, _ws_consumer)
 
 # Producer registers per thread, by producer warp count: 4 x 32 x 40 (5120; with 48 Triton
@@ -196,12 +196,8 @@ def sparse_mla_gluon_fp8_ws_kernel(
                                            stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, LAT, D_PE,
                                            F16)
     op_t: gl.constexpr = gl.float16 if F16 else gl.bfloat16  # the latent operands' type
-    k_s0 = gl.allocate_shared_memory(op_t, [NS, BLOCK_N, LAT], SMEM)
-    k_s1 = gl.allocate_shared_memory(op_t, [NS, BLOCK_N, LAT], SMEM)
-    k_s2 = gl.allocate_shared_memory(op_t, [NS, BLOCK_N, LAT], SMEM)
-    k_s3 = gl.allocate_shared_memory(op_t, [NS, BLOCK_N, LAT], SMEM)
-    kp_smem = gl.allocate_shared_memory(gl.bfloat16, [NS, BLOCK_N, D_PE], SMEM)
-    p_smem = gl.allocate_shared_memory(op_t, [BLOCK_H, BLOCK_N], SMEM)
+    k_s0, k_s1, k_s2, k_s3, kp_smem, p_smem = _rows_ring(op_t, gl.bfloat16, BLOCK_H, BLOCK_N, LAT, D_PE,
+                                                         NS)
     sc_smem = gl.allocate_shared_memory(gl.float32, [NS, BLOCK_N, 4], FLAT)
     PASSES: gl.constexpr = BLOCK_N // (4 * PW)  # (the producer's passes per tile)
     landed = gl.allocate_shared_memory(gl.int64, [NS * PASSES, 1], mbarrier.MBarrierLayout())

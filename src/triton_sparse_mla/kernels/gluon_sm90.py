@@ -192,15 +192,16 @@ def _tile_origin(n_heads, BLOCK_H: gl.constexpr):
 
 
 @gluon.jit
-def _rows_ring(dtype: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, LAT: gl.constexpr,
-               D_PE: gl.constexpr, NS: gl.constexpr):
-    """The shared memory of the bf16/fp16 kernels: an NS-slot ring of gathered rows (four
-    latent tiles and the rope tile) and the probabilities tile."""
+def _rows_ring(dtype: gl.constexpr, rope_dtype: gl.constexpr, BLOCK_H: gl.constexpr,
+               BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr, NS: gl.constexpr):
+    """The shared memory of the producer and bf16/fp16 kernels: an NS-slot ring of gathered rows
+    (four latent tiles of ``dtype``, the rope tile of ``rope_dtype``) and the probabilities
+    tile (``dtype``)."""
     k_s0 = gl.allocate_shared_memory(dtype, [NS, BLOCK_N, LAT], SMEM)
     k_s1 = gl.allocate_shared_memory(dtype, [NS, BLOCK_N, LAT], SMEM)
     k_s2 = gl.allocate_shared_memory(dtype, [NS, BLOCK_N, LAT], SMEM)
     k_s3 = gl.allocate_shared_memory(dtype, [NS, BLOCK_N, LAT], SMEM)
-    kp_smem = gl.allocate_shared_memory(dtype, [NS, BLOCK_N, D_PE], SMEM)
+    kp_smem = gl.allocate_shared_memory(rope_dtype, [NS, BLOCK_N, D_PE], SMEM)
     p_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, BLOCK_N], SMEM)
     return k_s0, k_s1, k_s2, k_s3, kp_smem, p_smem
 
@@ -354,8 +355,8 @@ def sparse_mla_gluon_kernel(
     q_s0, q_s1, q_s2, q_s3, q_sp = _load_q(q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
                                            stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, LAT, D_PE,
                                            False)
-    k_s0, k_s1, k_s2, k_s3, kp_smem, p_smem = _rows_ring(kv_ptr.dtype.element_ty, BLOCK_H, BLOCK_N,
-                                                         LAT, D_PE, NS)
+    k_s0, k_s1, k_s2, k_s3, kp_smem, p_smem = _rows_ring(kv_ptr.dtype.element_ty, kv_ptr.dtype.element_ty,
+                                                         BLOCK_H, BLOCK_N, LAT, D_PE, NS)
 
     i_s = gl.program_id(1)
     n_start, n_end, n_steps = _split_range(len_ptr, i_t, i_s, split_size, topk, HAS_LEN, BLOCK_N)
@@ -545,8 +546,8 @@ def sparse_mla_gluon_ws_kernel(
     q_s0, q_s1, q_s2, q_s3, q_sp = _load_q(q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
                                            stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, LAT, D_PE,
                                            False)
-    k_s0, k_s1, k_s2, k_s3, kp_smem, p_smem = _rows_ring(kv_ptr.dtype.element_ty, BLOCK_H, BLOCK_N,
-                                                         LAT, D_PE, NS)
+    k_s0, k_s1, k_s2, k_s3, kp_smem, p_smem = _rows_ring(kv_ptr.dtype.element_ty, kv_ptr.dtype.element_ty,
+                                                         BLOCK_H, BLOCK_N, LAT, D_PE, NS)
     ready = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
     free = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
     for j in gl.static_range(NS):

@@ -91,14 +91,16 @@ def _copy_pass(k_s0, k_s1, k_s2, k_s3, kp_smem, sc_smem, kv_ptr, ids, n_rows, st
                                            mask=m_r)
     ids_s = gl.convert_layout(ids, gl.SliceLayout(1, SC4), assert_trivial=True)
     p_sc = (kv_ptr + ids_s.to(gl.int64) * stride_kv + 4 * LAT).to(gl.pointer_type(gl.float32))
-    async_copy.async_copy_global_to_shared(
-        sc_smem.index(slot).slice(row0, ROWS), p_sc[:, None] + gl.arange(0, 4, layout=gl.SliceLayout(0, SC4))[None, :],
-        mask=((ids_s >= 0) & (ids_s < n_rows))[:, None])
+    o_s = gl.arange(0, 4, layout=gl.SliceLayout(0, SC4))
+    async_copy.async_copy_global_to_shared(sc_smem.index(slot).slice(row0, ROWS),
+                                           p_sc[:, None] + o_s[None, :],
+                                           mask=((ids_s >= 0) & (ids_s < n_rows))[:, None])
     ids_p = gl.convert_layout(ids, gl.SliceLayout(1, ROPEP), assert_trivial=True)
     # formats.FP8_ROPE_BYTE: the rope after 512 e4m3 bytes and 16 bytes of scales
     p_pe = (kv_ptr + ids_p.to(gl.int64) * stride_kv + 4 * LAT + 16).to(gl.pointer_type(gl.bfloat16))
     o_p = gl.arange(0, D_PE, layout=gl.SliceLayout(0, ROPEP))
-    async_copy.async_copy_global_to_shared(kp_smem.index(slot).slice(row0, ROWS), p_pe[:, None] + o_p[None, :],
+    async_copy.async_copy_global_to_shared(kp_smem.index(slot).slice(row0, ROWS),
+                                           p_pe[:, None] + o_p[None, :],
                                            mask=((ids_p >= 0) & (ids_p < n_rows))[:, None])
 
 
@@ -118,8 +120,8 @@ def _scaled(b_raw, b_sc4, c: gl.constexpr, F16: gl.constexpr):
 
 
 @gluon.jit
-def _dequant_pass(k_s0, k_s1, k_s2, k_s3, sc_smem, slot, row0: gl.constexpr, RAWP: gl.constexpr, SC4: gl.constexpr,
-                  ROWS: gl.constexpr, F16: gl.constexpr):
+def _dequant_pass(k_s0, k_s1, k_s2, k_s3, sc_smem, slot, row0: gl.constexpr, RAWP: gl.constexpr,
+                  SC4: gl.constexpr, ROWS: gl.constexpr, F16: gl.constexpr):
     """Rows ``row0 : row0 + ROWS`` of ring slot ``slot``: the four latent tiles' raw bytes
     (their second halves) times the rows' scales into their 16-bit values, in place. Every
     row's bytes of a tile are loaded (one instruction of its warp) before any of its values is
@@ -206,7 +208,8 @@ def sparse_mla_gluon_fp8_ws_kernel(
     for j in gl.static_range(NS * PASSES):
         mbarrier.init(landed.index(j), count=32 * PW)  # one copy-completion per producer thread
     for j in gl.static_range(NS):
-        mbarrier.init(ready.index(j), count=1)  # (mbarrier.arrive: the partition's barrier, then one thread)
+        # one arrival: Gluon's mbarrier.arrive is the partition's barrier, then one thread's arrival
+        mbarrier.init(ready.index(j), count=1)
         mbarrier.init(free.index(j), count=1)
     fence_async_shared()  # q's stores and the barriers' initialisation, before the partitions
     _barrier()

@@ -35,10 +35,10 @@ warpgroup where the table says so (``TileConfig.producer_warp``,
 (``TileConfig.wide_producer``: 1.00-1.04x, 1.16x with random lengths; shipped, run 87).
 fp8_ds_mla rows are gathered and dequantized by a producer warpgroup where the table says so
 (``TileConfig.producer_warp``, kernels/gluon_fp8_producer.py: 1.22-1.25x; shipped, run 98;
-:func:`sparse_mla_gluon_fp8_kernel` below runs without it). On in no table: the next tile's score dots issued during this tile's softmax
-(``TileConfig.qk_ahead``: 0.75-0.82x), and the two consumer warpgroups on alternate tiles
-(``TileConfig.pingpong``, kernels/gluon_pingpong.py: 0.69-0.84x, runs 91-95). H200,
-2026-12-01 and -02, runs 73-98.
+:func:`sparse_mla_gluon_fp8_kernel` below runs without it). On in no table: the next tile's
+score dots issued during this tile's softmax (``TileConfig.qk_ahead``: 0.75-0.82x), and the
+two consumer warpgroups on alternate tiles (``TileConfig.pingpong``, kernels/gluon_pingpong.py:
+0.69-0.84x, runs 91-95). H200, 2026-12-01 and -02, runs 73-98.
 
 Import only where Gluon is available and not under the interpreter (see
 :func:`kernels.attention.gluon_kernels`).

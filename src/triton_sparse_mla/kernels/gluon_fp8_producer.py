@@ -31,9 +31,10 @@ producer; in passes, 1.22x and 1.25x. Decode T=128, H200, 2026-12-02, runs 97-98
 
 Shared memory: q 72 KB + 2 x (64 + 8) KB + P 8 KB + scales 2 KB: 226.6 KB (232,036 bytes of
 232,448), one program per SM. Registers: the consumers keep the bf16 producer kernel's 232; the
-producer gets 40 with 4 warps (compiled for sm90 by Triton 3.6: 14 bytes of spills per thread,
-a loop of about 560 instructions per step), 24 with 8 (spills 48 loads per step: 0.95x of 4
-warps with the whole-tile conversion, run 97; not shipped).
+producer gets 40 with 4 warps (compiled for sm90 by Triton 3.6: a loop of about 560
+instructions per step with 15 local-memory loads and 5 stores, 56 bytes of local memory per
+thread), 24 with 8 (48 local loads per step; timed only with the whole-tile conversion, where
+it spilled too: 0.95x of 4 warps, run 97; not shipped).
 
 On the H200 (run 98) decode T=128 over a 1M-row cache: 111.2 us at 64 heads against FlashMLA's
 fp8 kernel 115.2 us, 210.9 against 185.1 at 128 heads. Its GPU tests and the suite passed

@@ -702,9 +702,9 @@ def tile_variant(tile, fp8: bool):
     """``(kernel, constexprs, num_warps)`` that a ``TileConfig`` with ``gluon`` selects for a
     row format: the kernel (fp8_ds_mla, with or without a producer warpgroup that dequantizes:
     kernels/gluon_fp8_producer.py; plain, with a producer warpgroup, or with its consumers on
-    alternate tiles: kernels/gluon_pingpong.py), the constexprs that depend on
-    the tile's fields, and the warps it is launched with. The launcher and portability's
-    compile check both take them from here."""
+    alternate tiles: kernels/gluon_pingpong.py), the constexprs that depend on the tile's
+    fields, and the warps it is launched with. The launcher and portability's compile check
+    both take them from here."""
     pw = 8 if tile.wide_producer else 4
     if fp8 and tile.producer_warp:
         from . import gluon_fp8_producer

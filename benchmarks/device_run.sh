@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One self-contained call on the GPU machine: install, test, sanitize, sweep, benchmark.
 # Usage (on the device, from the repo root): bash benchmarks/device_run.sh [steps...]
-# Steps: tests sanitizer sweep fp8sweep splits splits-len warps fp8choice wsparts residency residency-toggle residency-warps ncu exchange apart racecheck racecheck-producer variants wide latency toggle bench prefill (default: tests sanitizer sweep bench
+# Steps: tests sanitizer sweep narrow fp8sweep splits splits-len warps fp8choice wsparts residency residency-toggle residency-warps ncu exchange apart racecheck racecheck-producer variants wide latency toggle bench prefill (default: tests sanitizer sweep bench
 # prefill). toggle and residency-toggle time a boolean TileConfig field off and on, named by
 # $TOGGLE (e.g. TOGGLE=prefetch_idx), on the workloads of one row format if $TOGGLE_FMT is set
 # (e.g. TOGGLE_FMT=fp8_ds_mla) and of the head counts in $TOGGLE_HEADS (toggle only; e.g.
@@ -37,6 +37,11 @@ for s in $steps; do
            --section InstructionStats --section SourceCounters -f -o "$OUT/prof" python3 benchmarks/ncu_profile.py ${PROFILE_WORKLOADS:-} 2>&1 | tail -5
          ncu --import "$OUT/prof.ncu-rep" --page details --csv > "$OUT/ncu-details.csv" 2>&1; grep -c . "$OUT/ncu-details.csv"
          ncu --import "$OUT/prof.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip > "$OUT/ncu-source.csv.gz" ;;
+    narrow) # the few-head Gluon fp8 tile's GPU tests under their own timeout (a wrong mbarrier phase
+      # would hang them), then its timings beside the shipped tiles and FlashMLA
+      timeout 240 python3 -m pytest -q -x -p no:cacheprovider tests/test_attention.py -k "gluon_narrow or gluon_fp8_producer" 2>&1 | tee "$OUT/narrow-tests.log" | tail -3
+      grep -q " passed" "$OUT/narrow-tests.log" && ! grep -q "failed\|error" "$OUT/narrow-tests.log" &&
+        timeout 300 python3 benchmarks/sweep.py "$OUT/sweep-narrow.json" --narrow 2>&1 | tee "$OUT/sweep-narrow.log" | grep NARROW ;;
     wide) timeout 240 python3 benchmarks/sweep.py "$OUT/sweep-wide.json" --wide 2>&1 | tee "$OUT/sweep-wide.log" | grep EXCH ;;
     variants) # the producer-warpgroup Gluon kernels' GPU tests (4 and 8 producer warps, qk_ahead, the
       # alternate-tile kernel) under their own timeout (a wrong mbarrier phase would hang them),

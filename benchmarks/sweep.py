@@ -3,11 +3,11 @@
 Prints per workload every candidate's median time (CUDA-graph replay) and the compiled
 kernel's registers, spills and shared memory; writes JSON. The winners go into configs.py
 with a note of the run. Usage: python benchmarks/sweep.py OUT.json
-[--fp8 | --splits | --splits-len | --exchange | --apart | --wide | --latency | --warps | --toggle FIELD [--fmt FMT] [--heads H,H] [--base FIELD]]
+[--fp8 | --splits | --splits-len | --exchange | --apart | --wide | --latency | --warps | --narrow | --toggle FIELD [--fmt FMT] [--heads H,H] [--base FIELD]]
 (--fp8: fp8 conversion variants, pinned or not; --splits: the shipped plan under several
 split rules; --splits-len: the same with random lengths, up to 8 waves; --exchange: 64-head tiles with and without the probabilities through scratch, and
 the latency tiles for 64+ heads; --apart: the exchange tile against scores_apart tiles; --wide: 16-warp exchange tiles; --latency: where the latency phase should end;
---warps: 16-head tiles with 8 warps; --toggle FIELD:
+--warps: 16-head tiles with 8 warps; --narrow: the few-head Gluon fp8 tiles against the shipped ones and FlashMLA; --toggle FIELD:
 each workload's shipped tile with a boolean TileConfig field off and on, e.g. prefetch_idx
 (run 32's "--prefetch" was this for prefetch_idx).
 """
@@ -118,6 +118,8 @@ def main(path):
         return main_latency(path)
     if "--warps" in sys.argv:
         return main_warps(path)
+    if "--narrow" in sys.argv:
+        return main_narrow(path)
     if "--toggle" in sys.argv:
         return main_toggle(path, sys.argv[sys.argv.index("--toggle") + 1],
                            sys.argv[sys.argv.index("--fmt") + 1] if "--fmt" in sys.argv else None,
@@ -399,6 +401,55 @@ def main_warps(path):
     with open(path, "w") as f:
         json.dump(records, f, indent=1)
 
+
+
+# --narrow: fp8_ds_mla workloads of 8-32 heads on the Triton tile the table had before the
+# few-head Gluon tiles (kernels/gluon_narrow.py: heads along the wgmma's N, the dequantizing
+# producer of kernels/gluon_fp8_producer.py), then those tiles of 16 and 32 heads where they
+# cover the heads, then FlashMLA on the same inputs; the 64- and 128-head rows time the shipped
+# tile (the same producer) beside FlashMLA. (Runs 101-105 also timed, with temporary switches
+# since removed, the producer issuing the next tile's copies before converting this one, the
+# copies and conversion in two partitions, and probes of either side alone: BENCHMARKS.md
+# "Few heads along N".)
+NARROW_WORKLOADS = [Workload("decode", t, h, "fp8_ds_mla") for h in (8, 16) for t in (128, 32, 512)] + [
+    Workload("decode", 128, 32, "fp8_ds_mla"), Workload("decode", 128, 16, "fp8_ds_mla", lengths="random"),
+    Workload("decode", 4, 16, "fp8_ds_mla"),
+    Workload("prefill", 4096, 16, "fp8_ds_mla", n_rows=32768), Workload("prefill", 4096, 16, "fp8_ds_mla"),
+    Workload("decode", 128, 64, "fp8_ds_mla"), Workload("decode", 128, 128, "fp8_ds_mla")]
+NARROW_TILES = [T(16, 64, 4, 2, fp8_f16=True, gluon=True, producer_warp=True),
+                T(32, 64, 4, 2, fp8_f16=True, gluon=True, producer_warp=True)]
+# The Triton tiles sm90's table ran for fp8_ds_mla decode with 8-32 heads before run 101.
+TRITON_FP8_DECODE = {16: T(16, 32, 4, 3, fp8_f16=True), 32: T(32, 32, 4, 2, fp8_f16=True)}
+
+
+def main_narrow(path):
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    caches = Caches()
+    records = []
+    for w in NARROW_WORKLOADS:
+        inputs = make_inputs(w, caches)
+        shipped = configs.pick_tile("sm90", t_count=w.t, h_count=w.h, fp8=True)
+        tiles = [shipped]
+        if w.phase == "decode" and w.h <= 32 and w.t > configs.LATENCY_MAX_TOKENS:
+            tiles = [TRITON_FP8_DECODE[max(16, w.h)]]
+        tiles += [t for t in NARROW_TILES if t.block_h >= w.h and (t.block_h == 16 or w.h > 16)]
+        first = []
+        for tile in tiles:
+            rec, meta = time_against_first(inputs, w, tile, True, sms, first)
+            records.append(rec)
+            print(f"NARROW {w.name:40} {tile.block_h}x{tile.block_n} w{tile.num_warps} s{tile.num_stages} "
+                  f"gluon={int(tile.gluon)} splits={rec['splits']:3d} {rec['us']:9.1f} us "
+                  f"diff={rec['rel_diff']:.1e} {meta}", flush=True)
+        try:
+            fm = flashmla_fn(w, *inputs, 576 ** -0.5)
+            fm_us = time_us(fm) if fm is not None else None
+        except Exception as exc:  # noqa: BLE001 - no baseline for this workload
+            print(f"FlashMLA failed: {exc}", flush=True)
+            fm_us = None
+        records.append(dict(workload=w.name, tile="FlashMLA", us=fm_us))
+        print(f"NARROW {w.name:40} FlashMLA {fm_us}", flush=True)
+    with open(path, "w") as f:
+        json.dump(records, f, indent=1)
 
 if __name__ == "__main__":
     main(sys.argv[1])

@@ -206,6 +206,31 @@ def test_gluon_fp8_producer(p, extra, device):
     _check_gluon(p, tile, device)
 
 
+NARROW_CASES = [
+    case(3, 16, 200, 500, "fp8_ds_mla", topk_length="partial", sink=True),
+    case(2, 8, 300, 700, "fp8_ds_mla", q_tuple=True, rising=True),  # half the tile's heads
+    case(2, 24, 100, 300, "fp8_ds_mla", invalid_frac=0.5),  # two head tiles, one partial
+    case(2, 16, 100, 300, "fp8_ds_mla", topk_length="zero", sink=True),  # no step runs
+    case(2, 16, 100, 300, "fp8_ds_mla", invalid_frac=1.0),  # every entry invalid
+]
+
+
+@pytest.mark.gpu
+@_SM90_ONLY
+@pytest.mark.parametrize("block_h,f16", [(16, True), (16, False), (32, True)],
+                         ids=["16 heads", "16 heads bf16 operands", "32 heads"])
+@pytest.mark.parametrize("p", NARROW_CASES)
+def test_gluon_narrow(p, block_h, f16, device):
+    """The few-head Gluon tile over fp8_ds_mla rows (kernels/gluon_narrow.py: rows along the
+    wgmma's M, heads along N, the rows gathered and dequantized by the producer warps of
+    kernels/gluon_fp8_producer.py) matches the reference, split and not, into fp16 operands
+    (also for a q past fp16's range) and bf16 ones."""
+    tile = configs.TileConfig(block_h, 64, 4, 2, gluon=True, producer_warp=True, fp8_f16=f16)
+    if f16:
+        _check_gluon(p, tile, device, q_gain=1e5)
+    _check_gluon(p, tile, device)
+
+
 def test_gluon_runs_where_it_applies(device, monkeypatch):
     """The Gluon kernel is chosen only for tiles that name it, a 576-column q, bf16 with fp8
     rows, and a cache aligned for its copies; never under the interpreter, nor with
@@ -225,10 +250,17 @@ def test_gluon_runs_where_it_applies(device, monkeypatch):
     assert gluon_kernels(tile, q.half(), kv8, 64, True, interpret) is None  # fp16 q, fp8 rows
     wide = torch.zeros(10, 584, dtype=torch.bfloat16, device=device)[:, :576]
     assert gluon_kernels(tile, q, wide, 64, False, interpret) is None  # row stride 584
+    narrow = configs.TileConfig(16, 64, 4, 2, gluon=True, producer_warp=True)  # fp8_ds_mla rows only
+    assert (gluon_kernels(narrow, q, kv8, 64, True, interpret) is not None) == sm90
+    assert gluon_kernels(narrow, q, kv, 64, False, interpret) is None
     monkeypatch.setenv("TRITON_SPARSE_MLA_GLUON", "0")
     assert gluon_kernels(tile, q, kv, 64, False, interpret) is None
     with pytest.raises(ValueError, match="gluon.*64 heads x 64 rows.*got 32 x 64"):
         configs.TileConfig(32, 64, 8, 2, gluon=True)
+    with pytest.raises(ValueError, match="gluon.*16 or 32 heads.*producer_warp.*got 16 x 64 with 4"):
+        configs.TileConfig(16, 64, 4, 2, gluon=True)
+    # a few-head Gluon tile trimmed to fewer heads keeps its kernel where one exists
+    assert configs.plan_launch("sm90", 132, 1, t_count=128, h_count=16, topk=2048, fp8=True).tile.gluon
     with pytest.raises(ValueError, match="producer_warp.*gluon"):
         configs.TileConfig(64, 64, 8, 2, producer_warp=True)
     with pytest.raises(ValueError, match="qk_ahead.*producer_warp"):

@@ -203,6 +203,40 @@ def test_gluon_kernels_issue_dots_in_groups(tmp_path):
                        for r in c["regs"] if r < 200), (variant, c)
 
 
+_NARROW_PROBE = r"""
+import json, re, sys
+from triton_sparse_mla import configs, portability
+out = {}
+for block_h, f16 in ((16, True), (16, False), (32, True)):
+    tile = configs.TileConfig(block_h, 64, 4, 2, gluon=True, producer_warp=True, fp8_f16=f16)
+    for label, kernel, types, cx, div, warps, stages in portability._gluon_variants(tile, True):
+        k = portability._compile(kernel, types, cx, div, 90, warps, stages)
+        ptx = k.asm["ptx"]
+        out[f"{block_h}/{f16}/{label}"] = dict(
+            shared=k.metadata.shared, warps=warps, block_h=cx["BLOCK_H"],
+            dots=len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n%dk16" % block_h, ptx)),
+            waits=len(re.findall(r"wgmma\.wait_group", ptx)),
+            regs=sorted(set(int(r) for r in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", ptx))))
+json.dump(out, open(sys.argv[1], "w"))
+"""
+
+
+def test_gluon_narrow_kernel_compiles(tmp_path):
+    """The few-head Gluon tile over fp8_ds_mla rows (kernels/gluon_narrow.py), 16 heads into
+    fp16 and bf16 operands and 32 heads, final and partial outputs, compiles with this Triton
+    for sm90: within its shared memory, launched with one consumer warpgroup, every dot with
+    the heads along N (per 64-row step 36 score dots over 576 columns and 32 PV dots, 4 output
+    tiles of 128 rows x 4 steps of 16 rows), two waits (one per group), and the consumers and
+    the producer's 4 warps within the register file."""
+    counts = _probe(_NARROW_PROBE, tmp_path)
+    assert len(counts) == 6, counts
+    for variant, c in counts.items():
+        assert c["shared"] <= configs.SMEM_LIMIT["sm90"] and c["warps"] == 4, (variant, c)
+        assert c["block_h"] == int(variant.split("/")[0]), (variant, c)
+        assert c["dots"] == 576 // 16 + 4 * 2 * 64 // 16 and c["waits"] == 2, (variant, c)
+        assert len(c["regs"]) >= 2 and 128 * max(c["regs"]) + 128 * min(c["regs"]) <= 65536, (variant, c)
+
+
 _PINGPONG_PROBE = r"""
 import json, re, sys
 from triton_sparse_mla import configs, portability

@@ -73,8 +73,10 @@ class TileConfig:
     # Run the Gluon kernel (kernels/gluon_sm90.py) where it applies: an SM90 device, Triton
     # 3.6 or newer, a 576-column q, bf16 (or fp16 with fp16 rows), a cache aligned to 16; see
     # kernels.attention.gluon_kernels. Elsewhere (other GPUs, the interpreter, a NoPE q, an
-    # unaligned cache) the Triton kernel runs the tile's other fields. Only the 64x64 tile of
-    # 8 warps.
+    # unaligned cache) the Triton kernel runs the tile's other fields. Two shapes: 64 heads x
+    # 64 rows with 8 warps, and for fp8_ds_mla rows with ``producer_warp`` 16 or 32 heads x 64
+    # rows with 4 warps (kernels/gluon_narrow.py: heads along the wgmma's N; one program per
+    # SM, as ``programs_per_sm`` counts every Gluon tile).
     gluon: bool = False
     # With ``gluon``: the gathers issued by a producer warpgroup, the tiles handed over through
     # mbarriers. bf16/fp16 rows: kernels/gluon_sm90.py, sparse_mla_gluon_ws_kernel, 1.05-1.07x on
@@ -115,9 +117,13 @@ class TileConfig:
         return self.fp8_f16 and not self.gluon
 
     def __post_init__(self):
-        if self.gluon and (self.block_h, self.block_n, self.num_warps) != (64, 64, 8):
-            raise ValueError(f"gluon: the Gluon kernel has one tile, 64 heads x 64 rows with 8 "
-                             f"warps, got {self.block_h} x {self.block_n} with {self.num_warps}")
+        shape = (self.block_h, self.block_n, self.num_warps)
+        narrow = shape in ((16, 64, 4), (32, 64, 4)) and self.producer_warp
+        if self.gluon and shape != (64, 64, 8) and not narrow:
+            raise ValueError(f"gluon: the Gluon kernels have two tiles, 64 heads x 64 rows with 8 "
+                             f"warps, and 16 or 32 heads x 64 rows with 4 warps and producer_warp "
+                             f"(fp8_ds_mla rows), got {self.block_h} x {self.block_n} with "
+                             f"{self.num_warps}")
         if self.producer_warp and not self.gluon:
             raise ValueError("producer_warp: only the Gluon kernel has a producer warp; set gluon "
                              "too")
@@ -210,14 +216,23 @@ _G64 = C(64, 64, 8, 2, exchange_p=True, gluon=True, producer_warp=True, wide_pro
 # after its last copy, 1.02x and 1.06x, run 97). Its decode rows with 64 and 128 heads, T=4-512,
 # against run 89's table (another run): 1.01-1.31x (BENCHMARKS.md "A producer that dequantizes").
 _G64_F16 = C(64, 64, 8, 2, exchange_p=True, gluon=True, fp8_f16=True, producer_warp=True)
+# fp8_ds_mla decode with 8-32 heads: the few-head Gluon tiles (kernels/gluon_narrow.py: rows
+# along the wgmma's M, heads along N, one consumer warpgroup; the dequantizing producer of
+# _G64_F16). Against the Triton tiles they replace (16x32 with 3 stages, 32x32), decode T=32-512:
+# 1.25-1.46x at 8 and 16 heads, 1.89x at 32 (T=128); FlashMLA's fp8 kernel (heads padded to
+# 64) 1.41x slower at T=128 H=16 (H200, 2026-12-02, runs 102-104; BENCHMARKS.md "Few heads
+# along N"). At T <= 8 the latency tiles stay (13.1 against 13.9 us at T=4 H=16). Where the
+# Gluon kernel does not run (kernels.attention.gluon_kernels) the same shapes run the Triton
+# kernel.
+_N16 = C(16, 64, 4, 2, fp8_f16=True, gluon=True, producer_warp=True)
+_N32 = C(32, 64, 4, 2, fp8_f16=True, gluon=True, producer_warp=True)
 _SM90 = {
     ("latency", "plain"): ((_ANY, C(16, 64, 4, 2)),),
     ("latency", "fp8"): ((16, C(16, 32, 4, 2, fp8_f16=True, rows_ahead=True)),
                         (_ANY, C(16, 64, 8, 2, rows_ahead=True))),
     ("decode", "plain"): ((16, C(16, 64, 4, 3, prefetch_idx=False)), (32, C(32, 64, 4, 2)),
                           (_ANY, _G64)),
-    ("decode", "fp8"): ((16, C(16, 32, 4, 3, fp8_f16=True)), (32, C(32, 32, 4, 2, fp8_f16=True)),
-                        (_ANY, _G64_F16)),
+    ("decode", "fp8"): ((16, _N16), (32, _N32), (_ANY, _G64_F16)),
     ("prefill", "plain"): ((16, C(16, 64, 4, 2)), (32, C(32, 64, 4, 2)), (_ANY, _G64)),
     ("prefill", "fp8"): ((16, C(16, 32, 4, 2, fp8_f16=True, rows_ahead=True)),
                          (32, C(32, 32, 4, 2, fp8_f16=True)), (_ANY, _G64_F16)),
@@ -348,11 +363,13 @@ def programs_per_sm(family: str, tile: TileConfig) -> int:
     whose ``BLOCK_H x 512`` fp32 accumulators alone (2 x 64 x 512 values for two programs) would
     fill an SM's 64K registers on any architecture, and sm90's 16x64 fp8 latency tile (125 KB
     of shared memory). Splitting for one program per SM there beat splitting for two by 8-29%
-    on the H200 (sweep-regs, 2026-12-01). Tiles of 4 warps: ``PROGRAMS_PER_SM`` of the family.
+    on the H200 (sweep-regs, 2026-12-01). The Gluon tiles (``gluon``) are built for one
+    program per SM too: the few-head ones have 4 consumer warps but 166-187 KB of shared
+    memory. Other tiles of 4 warps: ``PROGRAMS_PER_SM`` of the family.
     ``tests/test_portability.py`` checks the claim against each target's compiled shared memory,
     and ``tests/test_attention.py`` against the compiled kernel on the GPU at hand.
     """
-    return 1 if tile.num_warps >= 8 else PROGRAMS_PER_SM[family]
+    return 1 if tile.num_warps >= 8 or tile.gluon else PROGRAMS_PER_SM[family]
 
 
 def fit_by_shared_memory(shared: int, capability: int) -> int:
@@ -391,8 +408,11 @@ def plan_launch(family: str, sm_count: int, fp8_cvt: int, *, t_count: int, h_cou
     tile = pick_tile(family, t_count=t_count, h_count=h_count, fp8=fp8)
     # Never tile more heads than exist (beyond the 16 rows tl.dot needs).
     block_h = min(tile.block_h, max(16, triton.next_power_of_2(h_count)))
-    if block_h != tile.block_h:  # (the Gluon kernel has 64 heads only)
-        tile = dataclasses.replace(tile.without_gluon(), block_h=block_h)
+    if block_h != tile.block_h:
+        try:  # (a Gluon tile of fewer heads where one exists)
+            tile = dataclasses.replace(tile, block_h=block_h)
+        except ValueError:
+            tile = dataclasses.replace(tile.without_gluon(), block_h=block_h)
     splits = choose_splits(t_count, triton.cdiv(h_count, block_h), topk, tile.block_n, sm_count,
                            programs_per_sm(family, tile))
     return LaunchPlan(tile=tile, splits=splits, fp8_cvt=fp8_cvt,

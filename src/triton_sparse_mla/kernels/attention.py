@@ -385,6 +385,8 @@ def gluon_kernels(tile, q_nope, kv, d_pe: int, fp8: bool, interpret: bool):
         return None
     if d_pe != 64 or (fp8 and q_nope.dtype != torch.bfloat16):
         return None
+    if tile.block_h < 64 and not fp8:  # (the few-head Gluon tile takes fp8_ds_mla rows only)
+        return None
     if kv.stride(0) % 16 != 0 or kv.data_ptr() % 16 != 0:
         return None
     if torch.cuda.get_device_capability(q_nope.device)[0] != 9:

@@ -50,13 +50,15 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier
 
-from .gluon_sm90 import (FLAT, _NOT_SPECIALIZED, _barrier, _epilogue, _load_q, _pass_ids, _rows_ring,
-                         _split_range, _tile_origin, _ws_consumer)
+from . import gluon_narrow
+from .gluon_sm90 import (FLAT, GATHER_W4, ROPE_W4, SMEM, _NOT_SPECIALIZED, _barrier, _epilogue, _latent_ring,
+                         _load_q, _pass_ids, _split_range, _tile_origin, _ws_consumer)
 
 # Producer registers per thread, by producer warp count: 4 x 32 x 40 (5120; with 48 Triton
 # gives the consumers 224) or 8 x 32 x 24 (6144), so the consumers' two warpgroups keep 232 each.
 PRODUCER_REGS_W4 = gl.constexpr(40)
 PRODUCER_REGS_W8 = gl.constexpr(24)
+PRODUCER_REGS_NARROW = gl.constexpr(128)
 
 
 @gluon.jit
@@ -139,17 +141,53 @@ def _dequant_pass(k_s0, k_s1, k_s2, k_s3, sc_smem, slot, row0: gl.constexpr, RAW
 
 
 @gluon.jit
+def _issue_tile(k_s0, k_s1, k_s2, k_s3, kp_smem, sc_smem, kv_ptr, ids, n_rows, stride_kv, landed, free, i,
+                NS: gl.constexpr, RAWP: gl.constexpr, ROPEP: gl.constexpr, SC4: gl.constexpr):
+    """Step ``i``'s copies, once the consumers freed its slot (the tile NS steps before it has
+    been read; the first NS steps pass at once): pass by pass (``ids`` [ROWS, PASSES], a
+    thread's row of every pass), each pass with an arrival on its own ``landed`` barrier when
+    this thread's copies have landed."""
+    ROWS: gl.constexpr = ids.shape[0]
+    PASSES: gl.constexpr = ids.shape[1]
+    slot = i % NS
+    mbarrier.wait(free.index(slot), ((i // NS) & 1) ^ 1)
+    o_j = gl.arange(0, PASSES, layout=gl.SliceLayout(0, RAWP))
+    for j in gl.static_range(PASSES):
+        b_idx = gl.sum(gl.where(o_j[None, :] == j, ids, 0), axis=1)  # (in-thread)
+        _copy_pass(k_s0, k_s1, k_s2, k_s3, kp_smem, sc_smem, kv_ptr, b_idx, n_rows, stride_kv, slot,
+                   j * ROWS, RAWP, ROPEP, SC4)
+        async_copy.mbarrier_arrive(landed.index(slot * PASSES + j), increment_count=False)
+
+
+@gluon.jit
+def _convert_tile(k_s0, k_s1, k_s2, k_s3, sc_smem, landed, ready, i, NS: gl.constexpr, PW: gl.constexpr,
+                  F16: gl.constexpr):
+    """Step ``i``'s tile, pass by pass once every copying thread's copies of the pass have
+    landed, dequantized in place by ``PW`` warps (so the first passes convert while the last
+    still land); then, fenced for the consumers' wgmma, the slot's ``ready`` barrier completed
+    (Gluon's ``mbarrier.arrive``: a barrier of the partition's threads, then one arrival)."""
+    RAWP: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [PW, 1], [1, 0])
+    SC4: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [PW, 1], [1, 0])
+    ROWS: gl.constexpr = 4 * PW
+    PASSES: gl.constexpr = k_s0.shape[1] // ROWS
+    slot = i % NS
+    for j in gl.static_range(PASSES):
+        mbarrier.wait(landed.index(slot * PASSES + j), (i // NS) & 1)
+        _dequant_pass(k_s0, k_s1, k_s2, k_s3, sc_smem, slot, j * ROWS, RAWP, SC4, ROWS, F16)
+    # this thread's stores (generic proxy) before the wgmma's reads
+    fence_async_shared()
+    mbarrier.arrive(ready.index(slot), count=1)
+
+
+@gluon.jit
 def _fp8_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2, k_s3,
                   kp_smem, sc_smem, landed, ready, free, BLOCK_N: gl.constexpr, NS: gl.constexpr,
                   PW: gl.constexpr, F16: gl.constexpr):
-    """The ``PW`` producer warps: for each step, once the consumers freed its slot, the
-    copies of the tile in passes of ``4 * PW`` rows, each pass with an arrival on its own
-    ``landed`` barrier when this thread's copies have landed; then pass by pass, once every
-    producer thread's copies of the pass have landed, the pass dequantized in place (so the
-    first passes convert while the last still land); then, fenced for the consumers' wgmma,
-    the slot's ``ready`` barrier completed (Gluon's ``mbarrier.arrive``: a barrier of the
-    partition's threads, then one arrival). The next step's ids are loaded while the copies
-    fly."""
+    """The ``PW`` producer warps of the 64-head kernel: for each step, once the consumers freed
+    its slot, the tile's copies (:func:`_issue_tile`), then its conversion
+    (:func:`_convert_tile`). The next step's ids are loaded while the copies fly. (The next
+    tile's copies issued before this tile's conversion instead: 0.73-0.78x, run 103; the
+    producer then waits for the consumers to free a slot before it converts.)"""
     # 16 bytes per thread and copy, a row in 8 threads of one warp (RAWP: 128 e4m3 bytes of a
     # latent tile, ROPEP: the rope's 64 bf16, SC4: the row's 4 scales, replicated), 4 rows per
     # warp and pass
@@ -157,27 +195,12 @@ def _fp8_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s
     ROPEP: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [PW, 1], [1, 0])
     SC4: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [PW, 1], [1, 0])
     ROWS: gl.constexpr = 4 * PW
-    PASSES: gl.constexpr = BLOCK_N // ROWS
-    o_j = gl.arange(0, PASSES, layout=gl.SliceLayout(0, RAWP))
-    ids = _pass_ids(p_idx, n_start, n_end, ROWS, PASSES, RAWP)
+    ids = _pass_ids(p_idx, n_start, n_end, ROWS, BLOCK_N // ROWS, RAWP)
     for i in range(n_steps):
-        slot = i % NS
-        phase = (i // NS) & 1
-        # the slot's previous tile (step i - NS) has been read; the first NS steps pass at once
-        mbarrier.wait(free.index(slot), phase ^ 1)
-        for j in gl.static_range(PASSES):
-            b_idx = gl.sum(gl.where(o_j[None, :] == j, ids, 0), axis=1)  # (in-thread)
-            _copy_pass(k_s0, k_s1, k_s2, k_s3, kp_smem, sc_smem, kv_ptr, b_idx, n_rows, stride_kv, slot,
-                       j * ROWS, RAWP, ROPEP, SC4)
-            async_copy.mbarrier_arrive(landed.index(slot * PASSES + j), increment_count=False)
-        ids = _pass_ids(p_idx, n_start + (i + 1) * BLOCK_N, n_end, ROWS, PASSES, RAWP)
-        for j in gl.static_range(PASSES):
-            mbarrier.wait(landed.index(slot * PASSES + j), phase)
-            _dequant_pass(k_s0, k_s1, k_s2, k_s3, sc_smem, slot, j * ROWS, RAWP, SC4, ROWS, F16)
-        # this thread's stores (generic proxy) before the wgmma's reads; then the producer's
-        # barrier and one arrival (as Gluon lowers mbarrier.arrive)
-        fence_async_shared()
-        mbarrier.arrive(ready.index(slot), count=1)
+        _issue_tile(k_s0, k_s1, k_s2, k_s3, kp_smem, sc_smem, kv_ptr, ids, n_rows, stride_kv, landed, free,
+                    i, NS, RAWP, ROPEP, SC4)
+        ids = _pass_ids(p_idx, n_start + (i + 1) * BLOCK_N, n_end, ROWS, BLOCK_N // ROWS, RAWP)
+        _convert_tile(k_s0, k_s1, k_s2, k_s3, sc_smem, landed, ready, i, NS, PW, F16)
 
 
 @gluon.jit(do_not_specialize=_NOT_SPECIALIZED)
@@ -194,13 +217,22 @@ def sparse_mla_gluon_fp8_ws_kernel(
     ``PW`` producer warps (this module's docstring). With F16 (``TileConfig.fp8_f16``) the
     latent operands are fp16 (q scaled by 2^-8, which the launcher divides out of
     ``qk_scale``), the rope dot bf16."""
+    NARROW: gl.constexpr = BLOCK_H < 64  # (kernels/gluon_narrow.py's consumers)
     i_t, h0 = _tile_origin(n_heads, BLOCK_H)
-    q_s0, q_s1, q_s2, q_s3, q_sp = _load_q(q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
-                                           stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, LAT, D_PE,
-                                           F16)
+    if NARROW:
+        q_s0, q_s1, q_s2, q_s3, q_sp = _load_q(q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
+                                               stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, LAT,
+                                               D_PE, F16, GATHER_W4, ROPE_W4)
+    else:
+        q_s0, q_s1, q_s2, q_s3, q_sp = _load_q(q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
+                                               stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, LAT,
+                                               D_PE, F16)
     op_t: gl.constexpr = gl.float16 if F16 else gl.bfloat16  # the latent operands' type
-    k_s0, k_s1, k_s2, k_s3, kp_smem, p_smem = _rows_ring(op_t, gl.bfloat16, BLOCK_H, BLOCK_N, LAT, D_PE,
-                                                         NS)
+    k_s0, k_s1, k_s2, k_s3, kp_smem = _latent_ring(op_t, gl.bfloat16, BLOCK_N, LAT, D_PE, NS)
+    if NARROW:
+        p_smem = gluon_narrow.narrow_p_tile(op_t, BLOCK_N, BLOCK_H)
+    else:
+        p_smem = gl.allocate_shared_memory(op_t, [BLOCK_H, BLOCK_N], SMEM)
     sc_smem = gl.allocate_shared_memory(gl.float32, [NS, BLOCK_N, 4], FLAT)
     PASSES: gl.constexpr = BLOCK_N // (4 * PW)  # (the producer's passes per tile)
     landed = gl.allocate_shared_memory(gl.int64, [NS * PASSES, 1], mbarrier.MBarrierLayout())
@@ -218,14 +250,29 @@ def sparse_mla_gluon_fp8_ws_kernel(
     i_s = gl.program_id(1)
     n_start, n_end, n_steps = _split_range(len_ptr, i_t, i_s, split_size, topk, HAS_LEN, BLOCK_N)
     p_idx = idx_ptr + i_t * stride_idx_t
-    REGS: gl.constexpr = PRODUCER_REGS_W8 if PW == 8 else PRODUCER_REGS_W4
-    acc0, acc1, acc2, acc3, b_m, b_l2 = gl.warp_specialize(
-        [(_ws_consumer, (q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_smem, p_smem, ready,
-                         free, p_idx, n_start, n_end, n_steps, n_rows, qk_scale, BLOCK_H, BLOCK_N, LAT,
-                         NS, False)),
-         (_fp8_producer, (kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2,
-                          k_s3, kp_smem, sc_smem, landed, ready, free, BLOCK_N, NS, PW, F16))],
-        [PW], [REGS])
-    _epilogue(acc0, acc1, acc2, acc3, b_m, b_l2, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0, n_heads,
-              stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h, HAS_SINK, PARTIAL,
-              BLOCK_H, LAT)
+    # (with the few-head consumers, one warpgroup that needs far less, the producer takes more)
+    REGS: gl.constexpr = PRODUCER_REGS_NARROW if NARROW else (PRODUCER_REGS_W8 if PW == 8 else PRODUCER_REGS_W4)
+    # (Gluon takes no function inside a tuple built in the kernel: one call per consumer)
+    if NARROW:
+        acc0, acc1, acc2, acc3, b_m, b_l2 = gl.warp_specialize(
+            [(gluon_narrow.narrow_consumer, (q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_smem,
+                                             p_smem, ready, free, p_idx, n_start, n_end, n_steps, n_rows,
+                                             qk_scale, BLOCK_H, BLOCK_N, LAT, NS)),
+             (_fp8_producer, (kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2,
+                              k_s3, kp_smem, sc_smem, landed, ready, free, BLOCK_N, NS, PW, F16))],
+            [PW], [REGS])
+    if NARROW:
+        gluon_narrow.narrow_epilogue(acc0, acc1, acc2, acc3, b_m, b_l2, sink_ptr, out_ptr, lse_ptr, i_t,
+                                     i_s, h0, n_heads, stride_o_t, stride_o_h, stride_o_s, stride_lse_t,
+                                     stride_lse_h, HAS_SINK, PARTIAL, BLOCK_H, LAT)
+    else:
+        acc0, acc1, acc2, acc3, b_m, b_l2 = gl.warp_specialize(
+            [(_ws_consumer, (q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_smem, p_smem, ready,
+                             free, p_idx, n_start, n_end, n_steps, n_rows, qk_scale, BLOCK_H, BLOCK_N,
+                             LAT, NS, False)),
+             (_fp8_producer, (kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2,
+                              k_s3, kp_smem, sc_smem, landed, ready, free, BLOCK_N, NS, PW, F16))],
+            [PW], [REGS])
+        _epilogue(acc0, acc1, acc2, acc3, b_m, b_l2, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0, n_heads,
+                  stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h, HAS_SINK, PARTIAL,
+                  BLOCK_H, LAT)

@@ -195,15 +195,23 @@ def _tile_origin(n_heads, BLOCK_H: gl.constexpr):
 def _rows_ring(dtype: gl.constexpr, rope_dtype: gl.constexpr, BLOCK_H: gl.constexpr,
                BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr, NS: gl.constexpr):
     """The shared memory of the producer and bf16/fp16 kernels: an NS-slot ring of gathered rows
-    (four latent tiles of ``dtype``, the rope tile of ``rope_dtype``) and the probabilities
-    tile (``dtype``)."""
+    (:func:`_latent_ring`) and the probabilities tile (``dtype``)."""
+    k_s0, k_s1, k_s2, k_s3, kp_smem = _latent_ring(dtype, rope_dtype, BLOCK_N, LAT, D_PE, NS)
+    p_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, BLOCK_N], SMEM)
+    return k_s0, k_s1, k_s2, k_s3, kp_smem, p_smem
+
+
+@gluon.jit
+def _latent_ring(dtype: gl.constexpr, rope_dtype: gl.constexpr, BLOCK_N: gl.constexpr,
+                 LAT: gl.constexpr, D_PE: gl.constexpr, NS: gl.constexpr):
+    """An NS-slot ring of gathered rows: four latent tiles [NS, BLOCK_N, LAT] of ``dtype`` and
+    the rope tile [NS, BLOCK_N, D_PE] of ``rope_dtype``, in the 128-byte-swizzled layout."""
     k_s0 = gl.allocate_shared_memory(dtype, [NS, BLOCK_N, LAT], SMEM)
     k_s1 = gl.allocate_shared_memory(dtype, [NS, BLOCK_N, LAT], SMEM)
     k_s2 = gl.allocate_shared_memory(dtype, [NS, BLOCK_N, LAT], SMEM)
     k_s3 = gl.allocate_shared_memory(dtype, [NS, BLOCK_N, LAT], SMEM)
     kp_smem = gl.allocate_shared_memory(rope_dtype, [NS, BLOCK_N, D_PE], SMEM)
-    p_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, BLOCK_N], SMEM)
-    return k_s0, k_s1, k_s2, k_s3, kp_smem, p_smem
+    return k_s0, k_s1, k_s2, k_s3, kp_smem
 
 
 @gluon.jit
@@ -710,7 +718,7 @@ def tile_variant(tile, fp8: bool):
         from . import gluon_fp8_producer
 
         return (gluon_fp8_producer.sparse_mla_gluon_fp8_ws_kernel,
-                dict(F16=tile.fp8_f16, NS=NS, PW=pw), NUM_WARPS)
+                dict(F16=tile.fp8_f16, NS=NS, PW=pw, BLOCK_H=tile.block_h), tile.num_warps)
     if fp8:
         return sparse_mla_gluon_fp8_kernel, dict(F16=tile.fp8_f16), NUM_WARPS
     if tile.pingpong:

@@ -1,9 +1,10 @@
 """compute-sanitizer (racecheck, memcheck) on the producer-warpgroup Gluon kernels
 (TileConfig.producer_warp): sm90's 64-head tile with the producer on, bf16 rows and fp8_ds_mla
-rows (kernels/gluon_fp8_producer.py), over 64 and 80 heads, with every length full and with
+rows (kernels/gluon_fp8_producer.py), over 64 and 80 heads, and for fp8_ds_mla rows the few-head
+tile (kernels/gluon_narrow.py) over 16 and 24 heads, with every length full and with
 partial lengths (programs with no step), each problem's verdict printed after it so that the
 sanitizer's reports can be placed. Usage: python benchmarks/sanitize_producer.py [FORMAT ...]
-(default: bf16 fp8_ds_mla)."""
+[--heads H,H] (default: bf16 fp8_ds_mla, every head count)."""
 
 import dataclasses
 import sys
@@ -24,18 +25,25 @@ def _with_producer(*args, **kwargs):
 configs.pick_tile = _with_producer
 
 
-def check(fmt, h, lengths):
-    p = make_problem(t=4, h=h, k=512, n=4096, fmt=fmt, device="cuda", topk_length=lengths, sink=True)
+def check(fmt, t, h, lengths):
+    p = make_problem(t=t, h=h, k=512, n=4096, fmt=fmt, device="cuda", topk_length=lengths, sink=True)
     kv = aligned_rows(p.kv)
     out, lse = sparse_mla_attention(p.q, kv, p.indices, p.sm_scale, topk_length=p.topk_length,
                                     attn_sink=p.attn_sink, return_lse=True)
     ref = sparse_mla_reference(p.q, kv, p.indices, p.sm_scale, topk_length=p.topk_length,
                                attn_sink=p.attn_sink)
     assert_close(out, lse, *ref, rtol_norm=3e-2)
-    print(f"ok producer {fmt} H={h} lengths={lengths}", flush=True)
+    print(f"ok producer {fmt} T={t} H={h} lengths={lengths}", flush=True)
 
 
-for fmt in sys.argv[1:] or ["bf16", "fp8_ds_mla"]:
-    for h in (64, 80):
+args = sys.argv[1:]
+heads = None
+if "--heads" in args:
+    heads = [int(h) for h in args.pop(args.index("--heads") + 1).split(",")]
+    args.remove("--heads")
+for fmt in args or ["bf16", "fp8_ds_mla"]:
+    for t, h in ((4, 64), (4, 80)) + (((12, 16), (12, 24)) if fmt == "fp8_ds_mla" else ()):
+        if heads and h not in heads:
+            continue
         for lengths in (None, "partial"):
-            check(fmt, h, lengths)
+            check(fmt, t, h, lengths)

@@ -30,11 +30,13 @@ def test_all_configs_compile_and_fit(tmp_path):
     # The split rule never counts more resident programs than the shared memory per SM holds;
     # on the sm86 family, shared memory is what decides.
     # (sm80, not measured, keeps sm90's count for its 4-warp tiles; two of them fit only one.)
+    tiles = {(family, f"{phase}/{kind}/{tile.block_h}x{tile.block_n}"): tile
+             for family in configs.CONFIGS for phase, kind, tile in configs.all_tiles(family)}
+    assert len(tiles) == sum(len(configs.all_tiles(f)) for f in configs.CONFIGS)  # (keys unique)
     for r in records:
         if r["config"] in ("combine", "workspace") or r["family"] == "sm80":
             continue
-        h, n = map(int, r["config"].rsplit("/", 1)[1].split("x"))
-        claim = configs.programs_per_sm(r["family"], configs.TileConfig(h, n, r["num_warps"], r["num_stages"]))
+        claim = configs.programs_per_sm(r["family"], tiles[r["family"], r["config"]])
         fits = configs.fit_by_shared_memory(r["shared"], int(r["target"][2:]))
         assert claim <= fits if r["family"] != "sm86" else claim == fits, r
     assert proc.returncode == 0

@@ -42,6 +42,11 @@ fp8 kernel 115.2 us, 210.9 against 185.1 at 128 heads. Its GPU tests and the sui
 the same sites as the bf16 producer kernel's (run 100; BENCHMARKS.md "A producer that
 dequantizes").
 
+The same kernel runs the few-head consumers of kernels/gluon_narrow.py (one warpgroup, heads
+along the wgmma's N) where ``BLOCK_H`` is below 64: q loaded by 4 warps, P^T in a tile of its
+own, and the producer at 128 registers (no local memory) instead of 40, since those consumers
+need far fewer than the 64-head ones.
+
 Import only where Gluon is available and not under the interpreter (as gluon_sm90).
 """
 
@@ -55,7 +60,8 @@ from .gluon_sm90 import (FLAT, GATHER_W4, ROPE_W4, SMEM, _NOT_SPECIALIZED, _barr
                          _load_q, _pass_ids, _split_range, _tile_origin, _ws_consumer)
 
 # Producer registers per thread, by producer warp count: 4 x 32 x 40 (5120; with 48 Triton
-# gives the consumers 224) or 8 x 32 x 24 (6144), so the consumers' two warpgroups keep 232 each.
+# gives the consumers 224) or 8 x 32 x 24 (6144), so the consumers' two warpgroups keep 232 each;
+# beside the few-head consumers (one warpgroup) 128.
 PRODUCER_REGS_W4 = gl.constexpr(40)
 PRODUCER_REGS_W8 = gl.constexpr(24)
 PRODUCER_REGS_NARROW = gl.constexpr(128)
@@ -183,11 +189,13 @@ def _convert_tile(k_s0, k_s1, k_s2, k_s3, sc_smem, landed, ready, i, NS: gl.cons
 def _fp8_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2, k_s3,
                   kp_smem, sc_smem, landed, ready, free, BLOCK_N: gl.constexpr, NS: gl.constexpr,
                   PW: gl.constexpr, F16: gl.constexpr):
-    """The ``PW`` producer warps of the 64-head kernel: for each step, once the consumers freed
-    its slot, the tile's copies (:func:`_issue_tile`), then its conversion
-    (:func:`_convert_tile`). The next step's ids are loaded while the copies fly. (The next
-    tile's copies issued before this tile's conversion instead: 0.73-0.78x, run 103; the
-    producer then waits for the consumers to free a slot before it converts.)"""
+    """The ``PW`` producer warps (of the 64-head and the few-head kernel): for each step, once
+    the consumers freed its slot, the tile's copies (:func:`_issue_tile`), then its conversion
+    (:func:`_convert_tile`). The next step's ids are loaded while the copies fly. (Timed and
+    dropped, H200 2026-12-02: the next tile's copies issued before this tile's conversion,
+    0.74-0.86x, run 103, since the producer then waits for the consumers to free a slot before
+    it converts; the copies and the conversion in two partitions of 4 warps, 0.98-1.03x on the
+    few-head kernel, run 104.)"""
     # 16 bytes per thread and copy, a row in 8 threads of one warp (RAWP: 128 e4m3 bytes of a
     # latent tile, ROPEP: the rope's 64 bf16, SC4: the row's 4 scales, replicated), 4 rows per
     # warp and pass

@@ -40,6 +40,10 @@ score dots issued during this tile's softmax (``TileConfig.qk_ahead``: 0.75-0.82
 two consumer warpgroups on alternate tiles (``TileConfig.pingpong``, kernels/gluon_pingpong.py:
 0.69-0.84x, runs 91-95). H200, 2026-12-01 and -02, runs 73-98.
 
+A second shape, for fp8_ds_mla rows with 16 or 32 heads: the same producer kernel with one
+consumer warpgroup that computes the products transposed, heads along the wgmma's N
+(kernels/gluon_narrow.py; 1.25-1.89x over the Triton tiles, runs 101-104).
+
 Import only where Gluon is available and not under the interpreter (see
 :func:`kernels.attention.gluon_kernels`).
 """
@@ -52,8 +56,9 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
-# The only shape: 64 heads, 64 rows per step, 8 warps (two warpgroups), latent in four
-# 128-column tiles, 64 rope columns, two ring slots.
+# The 64-head shape: 64 heads, 64 rows per step, 8 warps (two warpgroups), latent in four
+# 128-column tiles, 64 rope columns, two ring slots (the few-head tile takes its BLOCK_H and
+# warps from its TileConfig: tile_variant).
 BLOCK_H, BLOCK_N, LAT, D_PE, NUM_WARPS, NS = 64, 64, 128, 64, 8, 2
 # Gathers: 16 bytes per thread and copy ([BLOCK_N, LAT] 16-bit values, [BLOCK_N, D_PE] 16-bit
 # values, and for fp8_ds_mla rows [BLOCK_N, LAT] e4m3 bytes).
@@ -709,7 +714,8 @@ def sparse_mla_gluon_fp8_kernel(
 def tile_variant(tile, fp8: bool):
     """``(kernel, constexprs, num_warps)`` that a ``TileConfig`` with ``gluon`` selects for a
     row format: the kernel (fp8_ds_mla, with or without a producer warpgroup that dequantizes:
-    kernels/gluon_fp8_producer.py; plain, with a producer warpgroup, or with its consumers on
+    kernels/gluon_fp8_producer.py, whose consumers for a tile of fewer than 64 heads are
+    kernels/gluon_narrow.py's; plain, with a producer warpgroup, or with its consumers on
     alternate tiles: kernels/gluon_pingpong.py), the constexprs that depend on the tile's
     fields, and the warps it is launched with. The launcher and portability's compile check
     both take them from here."""

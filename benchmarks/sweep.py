@@ -409,8 +409,8 @@ def main_warps(path):
 # cover the heads, then FlashMLA on the same inputs; the 64- and 128-head rows time the shipped
 # tile (the same producer) beside FlashMLA. (Runs 101-105 also timed, with temporary switches
 # since removed, the producer issuing the next tile's copies before converting this one, the
-# copies and conversion in two partitions, and probes of either side alone: BENCHMARKS.md
-# "Few heads along N".)
+# copies and conversion in two partitions, probes of either side alone, and (run 110, now
+# shipped) the raw halves of odd rows swapped: BENCHMARKS.md "Few heads along N".)
 NARROW_WORKLOADS = [Workload("decode", t, h, "fp8_ds_mla") for h in (8, 16) for t in (128, 32, 512)] + [
     Workload("decode", 128, 32, "fp8_ds_mla"), Workload("decode", 128, 16, "fp8_ds_mla", lengths="random"),
     Workload("decode", 4, 16, "fp8_ds_mla"),

@@ -221,9 +221,10 @@ _G64_F16 = C(64, 64, 8, 2, exchange_p=True, gluon=True, fp8_f16=True, producer_w
 # _G64_F16). Against the Triton tiles they replace (16x32 with 3 stages, 32x32), decode T=32-512:
 # 1.25-1.46x at 8 and 16 heads, 1.89x at 32 (T=128); FlashMLA's fp8 kernel (heads padded to
 # 64) 1.41x slower at T=128 H=16 (H200, 2026-12-02, runs 102-104; BENCHMARKS.md "Few heads
-# along N"). At T <= 8 the latency tiles stay (13.1 against 13.9 us at T=4 H=16). Where the
-# Gluon kernel does not run (kernels.attention.gluon_kernels) the same shapes run the Triton
-# kernel.
+# along N"); since then its raw halves of odd rows swapped, conflict-free conversion stores:
+# 1.06-1.11x more (run 110). At T <= 8 the latency tiles stay (13.1 against 13.9 us at T=4
+# H=16). Where the Gluon kernel does not run (kernels.attention.gluon_kernels) the same shapes
+# run the Triton kernel.
 _N16 = C(16, 64, 4, 2, fp8_f16=True, gluon=True, producer_warp=True)
 _N32 = C(32, 64, 4, 2, fp8_f16=True, gluon=True, producer_warp=True)
 _SM90 = {

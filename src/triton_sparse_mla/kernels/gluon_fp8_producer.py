@@ -45,7 +45,10 @@ dequantizes").
 The same kernel runs the few-head consumers of kernels/gluon_narrow.py (one warpgroup, heads
 along the wgmma's N) where ``BLOCK_H`` is below 64: q loaded by 4 warps, P^T in a tile of its
 own, and the producer at 128 registers (no local memory) instead of 40, since those consumers
-need far fewer than the 64-head ones.
+need far fewer than the 64-head ones. There the raw halves of odd rows are swapped
+(``RAW_SWAP``) and each row is converted by 4 threads of one warp, two loads each (``CVT_W4``):
+conflict-free stores, 1.06-1.11x (run 110); the in-place argument above holds as it is, a
+row's bytes still within its own 128 and loaded by its warp before any store over them.
 
 Import only where Gluon is available and not under the interpreter (as gluon_sm90).
 """
@@ -67,20 +70,42 @@ PRODUCER_REGS_W8 = gl.constexpr(24)
 PRODUCER_REGS_NARROW = gl.constexpr(128)
 
 
+# A 64-row latent tile's 16 KB as [128, LAT] uint8 (rows 64-127: the raw half), with the two
+# 64-byte halves of every odd row swapped (offset bit 7, the row's parity, also
+# flips column 64). Copies and conversion both go through this view, so a row's bytes stay in
+# its own 128 bytes (the in-place conversion is unchanged) and only their order moves.
+RAW_SWAP = gl.constexpr(gl.SharedLinearLayout(offset_bases=[
+    [0, 1], [0, 2], [0, 4], [0, 8], [0, 16], [0, 32], [0, 64], [1, 64],
+    [2, 0], [4, 0], [8, 0], [16, 0], [32, 0], [64, 0]]))
+# The conversion's layout with RAW_SWAP, 4 warps, [32, 128] raw bytes (two copy passes): 4
+# threads per row, each holding 16 bytes of each half. A quarter-warp (8 threads, rows r and
+# r + 1) then loads row r's first half and row r + 1's (swapped) second half, distinct banks,
+# and stores 16 bytes into even swizzled chunks of one row and odd chunks of the other,
+# distinct banks again. (RAWP, 8 threads per row, stores a row's two halves, 8 KB apart, into
+# the same chunk positions in one phase: 2-way conflicts, run 109's profile.)
+CVT_W4 = gl.constexpr(gl.BlockedLayout([1, 16], [8, 4], [4, 1], [1, 0]))
+SC_W4 = gl.constexpr(gl.BlockedLayout([1, 4], [8, 4], [4, 1], [1, 0]))
+
+
 @gluon.jit
-def _raw_half(k_s, slot):
+def _raw_half(k_s, slot, SWAP: gl.constexpr = False):
     """The bytes of ring slot ``slot``'s columns 64-127 of a latent tile ring ``k_s`` ([NS,
     BLOCK_N, LAT] 16-bit), as [BLOCK_N, LAT] uint8, row ``r`` at byte ``r * LAT`` of the
-    second half: where the slot's rows' raw e4m3 bytes land."""
+    second half: where the slot's rows' raw e4m3 bytes land (with SWAP through RAW_SWAP)."""
     NS: gl.constexpr = k_s.shape[0]
     BLOCK_N: gl.constexpr = k_s.shape[1]
     LAT: gl.constexpr = k_s.shape[2]
-    return k_s._reinterpret(gl.uint8, [2 * NS, BLOCK_N, LAT], FLAT).index(2 * slot + 1)
+    if SWAP:
+        half = k_s.index(slot)._reinterpret(gl.uint8, [2 * BLOCK_N, LAT], RAW_SWAP).slice(BLOCK_N, BLOCK_N)
+    else:
+        half = k_s._reinterpret(gl.uint8, [2 * NS, BLOCK_N, LAT], FLAT).index(2 * slot + 1)
+    return half
 
 
 @gluon.jit
 def _copy_pass(k_s0, k_s1, k_s2, k_s3, kp_smem, sc_smem, kv_ptr, ids, n_rows, stride_kv, slot,
-               row0: gl.constexpr, RAWP: gl.constexpr, ROPEP: gl.constexpr, SC4: gl.constexpr):
+               row0: gl.constexpr, RAWP: gl.constexpr, ROPEP: gl.constexpr, SC4: gl.constexpr,
+               SWAP: gl.constexpr = False):
     """The asynchronous copies of one pass of fp8_ds_mla rows ``ids`` ([ROWS] in RAWP's row
     slice) into rows ``row0 : row0 + ROWS`` of ring slot ``slot``: each latent tile's e4m3
     bytes into its second half, each row's 4 fp32 scales into ``sc_smem`` ([NS, BLOCK_N, 4]),
@@ -92,11 +117,13 @@ def _copy_pass(k_s0, k_s1, k_s2, k_s3, kp_smem, sc_smem, kv_ptr, ids, n_rows, st
     m_r = ((ids >= 0) & (ids < n_rows))[:, None]
     p_row = kv_ptr + ids.to(gl.int64) * stride_kv
     ptrs = p_row[:, None] + gl.arange(0, LAT, layout=gl.SliceLayout(0, RAWP))[None, :]
-    async_copy.async_copy_global_to_shared(_raw_half(k_s0, slot).slice(row0, ROWS), ptrs, mask=m_r)
-    async_copy.async_copy_global_to_shared(_raw_half(k_s1, slot).slice(row0, ROWS), ptrs + LAT, mask=m_r)
-    async_copy.async_copy_global_to_shared(_raw_half(k_s2, slot).slice(row0, ROWS), ptrs + 2 * LAT,
+    async_copy.async_copy_global_to_shared(_raw_half(k_s0, slot, SWAP).slice(row0, ROWS), ptrs,
                                            mask=m_r)
-    async_copy.async_copy_global_to_shared(_raw_half(k_s3, slot).slice(row0, ROWS), ptrs + 3 * LAT,
+    async_copy.async_copy_global_to_shared(_raw_half(k_s1, slot, SWAP).slice(row0, ROWS), ptrs + LAT,
+                                           mask=m_r)
+    async_copy.async_copy_global_to_shared(_raw_half(k_s2, slot, SWAP).slice(row0, ROWS), ptrs + 2 * LAT,
+                                           mask=m_r)
+    async_copy.async_copy_global_to_shared(_raw_half(k_s3, slot, SWAP).slice(row0, ROWS), ptrs + 3 * LAT,
                                            mask=m_r)
     ids_s = gl.convert_layout(ids, gl.SliceLayout(1, SC4), assert_trivial=True)
     p_sc = (kv_ptr + ids_s.to(gl.int64) * stride_kv + 4 * LAT).to(gl.pointer_type(gl.float32))
@@ -130,15 +157,15 @@ def _scaled(b_raw, b_sc4, c: gl.constexpr, F16: gl.constexpr):
 
 @gluon.jit
 def _dequant_pass(k_s0, k_s1, k_s2, k_s3, sc_smem, slot, row0: gl.constexpr, RAWP: gl.constexpr,
-                  SC4: gl.constexpr, ROWS: gl.constexpr, F16: gl.constexpr):
+                  SC4: gl.constexpr, ROWS: gl.constexpr, F16: gl.constexpr, SWAP: gl.constexpr = False):
     """Rows ``row0 : row0 + ROWS`` of ring slot ``slot``: the four latent tiles' raw bytes
     (their second halves) times the rows' scales into their 16-bit values, in place. Every
     row's bytes of a tile are loaded (one instruction of its warp) before any of its values is
     stored over them; the four tiles' loads come first."""
-    b_r0 = _raw_half(k_s0, slot).slice(row0, ROWS).load(RAWP)  # [ROWS, LAT] uint8
-    b_r1 = _raw_half(k_s1, slot).slice(row0, ROWS).load(RAWP)
-    b_r2 = _raw_half(k_s2, slot).slice(row0, ROWS).load(RAWP)
-    b_r3 = _raw_half(k_s3, slot).slice(row0, ROWS).load(RAWP)
+    b_r0 = _raw_half(k_s0, slot, SWAP).slice(row0, ROWS).load(RAWP)  # [ROWS, LAT] uint8
+    b_r1 = _raw_half(k_s1, slot, SWAP).slice(row0, ROWS).load(RAWP)
+    b_r2 = _raw_half(k_s2, slot, SWAP).slice(row0, ROWS).load(RAWP)
+    b_r3 = _raw_half(k_s3, slot, SWAP).slice(row0, ROWS).load(RAWP)
     b_sc4 = sc_smem.index(slot).slice(row0, ROWS).load(SC4)  # [ROWS, 4] fp32
     k_s0.index(slot).slice(row0, ROWS).store(_scaled(b_r0, b_sc4, 0, F16))
     k_s1.index(slot).slice(row0, ROWS).store(_scaled(b_r1, b_sc4, 1, F16))
@@ -148,7 +175,8 @@ def _dequant_pass(k_s0, k_s1, k_s2, k_s3, sc_smem, slot, row0: gl.constexpr, RAW
 
 @gluon.jit
 def _issue_tile(k_s0, k_s1, k_s2, k_s3, kp_smem, sc_smem, kv_ptr, ids, n_rows, stride_kv, landed, free, i,
-                NS: gl.constexpr, RAWP: gl.constexpr, ROPEP: gl.constexpr, SC4: gl.constexpr):
+                NS: gl.constexpr, RAWP: gl.constexpr, ROPEP: gl.constexpr, SC4: gl.constexpr,
+                SWAP: gl.constexpr = False):
     """Step ``i``'s copies, once the consumers freed its slot (the tile NS steps before it has
     been read; the first NS steps pass at once): pass by pass (``ids`` [ROWS, PASSES], a
     thread's row of every pass), each pass with an arrival on its own ``landed`` barrier when
@@ -161,25 +189,33 @@ def _issue_tile(k_s0, k_s1, k_s2, k_s3, kp_smem, sc_smem, kv_ptr, ids, n_rows, s
     for j in gl.static_range(PASSES):
         b_idx = gl.sum(gl.where(o_j[None, :] == j, ids, 0), axis=1)  # (in-thread)
         _copy_pass(k_s0, k_s1, k_s2, k_s3, kp_smem, sc_smem, kv_ptr, b_idx, n_rows, stride_kv, slot,
-                   j * ROWS, RAWP, ROPEP, SC4)
+                   j * ROWS, RAWP, ROPEP, SC4, SWAP)
         async_copy.mbarrier_arrive(landed.index(slot * PASSES + j), increment_count=False)
 
 
 @gluon.jit
 def _convert_tile(k_s0, k_s1, k_s2, k_s3, sc_smem, landed, ready, i, NS: gl.constexpr, PW: gl.constexpr,
-                  F16: gl.constexpr):
+                  F16: gl.constexpr, SWAP: gl.constexpr = False):
     """Step ``i``'s tile, pass by pass once every copying thread's copies of the pass have
     landed, dequantized in place by ``PW`` warps (so the first passes convert while the last
     still land); then, fenced for the consumers' wgmma, the slot's ``ready`` barrier completed
-    (Gluon's ``mbarrier.arrive``: a barrier of the partition's threads, then one arrival)."""
-    RAWP: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [PW, 1], [1, 0])
-    SC4: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [PW, 1], [1, 0])
+    (Gluon's ``mbarrier.arrive``: a barrier of the partition's threads, then one arrival).
+    With SWAP (4 warps) through RAW_SWAP in CVT_W4's layout, two passes at a time."""
     ROWS: gl.constexpr = 4 * PW
     PASSES: gl.constexpr = k_s0.shape[1] // ROWS
     slot = i % NS
-    for j in gl.static_range(PASSES):
-        mbarrier.wait(landed.index(slot * PASSES + j), (i // NS) & 1)
-        _dequant_pass(k_s0, k_s1, k_s2, k_s3, sc_smem, slot, j * ROWS, RAWP, SC4, ROWS, F16)
+    if SWAP:
+        for j in gl.static_range(PASSES // 2):
+            mbarrier.wait(landed.index(slot * PASSES + 2 * j), (i // NS) & 1)
+            mbarrier.wait(landed.index(slot * PASSES + 2 * j + 1), (i // NS) & 1)
+            _dequant_pass(k_s0, k_s1, k_s2, k_s3, sc_smem, slot, j * 2 * ROWS, CVT_W4, SC_W4, 2 * ROWS, F16,
+                          True)
+    else:
+        RAWP: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [PW, 1], [1, 0])
+        SC4: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [PW, 1], [1, 0])
+        for j in gl.static_range(PASSES):
+            mbarrier.wait(landed.index(slot * PASSES + j), (i // NS) & 1)
+            _dequant_pass(k_s0, k_s1, k_s2, k_s3, sc_smem, slot, j * ROWS, RAWP, SC4, ROWS, F16)
     # this thread's stores (generic proxy) before the wgmma's reads
     fence_async_shared()
     mbarrier.arrive(ready.index(slot), count=1)
@@ -188,7 +224,7 @@ def _convert_tile(k_s0, k_s1, k_s2, k_s3, sc_smem, landed, ready, i, NS: gl.cons
 @gluon.jit
 def _fp8_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2, k_s3,
                   kp_smem, sc_smem, landed, ready, free, BLOCK_N: gl.constexpr, NS: gl.constexpr,
-                  PW: gl.constexpr, F16: gl.constexpr):
+                  PW: gl.constexpr, F16: gl.constexpr, SWAP: gl.constexpr = False):
     """The ``PW`` producer warps (of the 64-head and the few-head kernel): for each step, once
     the consumers freed its slot, the tile's copies (:func:`_issue_tile`), then its conversion
     (:func:`_convert_tile`). The next step's ids are loaded while the copies fly. (Timed and
@@ -206,9 +242,9 @@ def _fp8_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s
     ids = _pass_ids(p_idx, n_start, n_end, ROWS, BLOCK_N // ROWS, RAWP)
     for i in range(n_steps):
         _issue_tile(k_s0, k_s1, k_s2, k_s3, kp_smem, sc_smem, kv_ptr, ids, n_rows, stride_kv, landed, free,
-                    i, NS, RAWP, ROPEP, SC4)
+                    i, NS, RAWP, ROPEP, SC4, SWAP)
         ids = _pass_ids(p_idx, n_start + (i + 1) * BLOCK_N, n_end, ROWS, BLOCK_N // ROWS, RAWP)
-        _convert_tile(k_s0, k_s1, k_s2, k_s3, sc_smem, landed, ready, i, NS, PW, F16)
+        _convert_tile(k_s0, k_s1, k_s2, k_s3, sc_smem, landed, ready, i, NS, PW, F16, SWAP)
 
 
 @gluon.jit(do_not_specialize=_NOT_SPECIALIZED)
@@ -226,6 +262,10 @@ def sparse_mla_gluon_fp8_ws_kernel(
     latent operands are fp16 (q scaled by 2^-8, which the launcher divides out of
     ``qk_scale``), the rope dot bf16."""
     NARROW: gl.constexpr = BLOCK_H < 64  # (kernels/gluon_narrow.py's consumers)
+    # The raw halves of odd rows swapped, and the conversion's conflict-free layout (RAW_SWAP,
+    # CVT_W4): with the few-head consumers 1.06-1.11x (run 110). Not timed on the 64-head
+    # kernel, whose producer (40 registers) spills more with it.
+    SWAP: gl.constexpr = NARROW and PW == 4
     i_t, h0 = _tile_origin(n_heads, BLOCK_H)
     if NARROW:
         q_s0, q_s1, q_s2, q_s3, q_sp = _load_q(q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
@@ -259,7 +299,8 @@ def sparse_mla_gluon_fp8_ws_kernel(
     n_start, n_end, n_steps = _split_range(len_ptr, i_t, i_s, split_size, topk, HAS_LEN, BLOCK_N)
     p_idx = idx_ptr + i_t * stride_idx_t
     # (with the few-head consumers, one warpgroup that needs far less, the producer takes more)
-    REGS: gl.constexpr = PRODUCER_REGS_NARROW if NARROW else (PRODUCER_REGS_W8 if PW == 8 else PRODUCER_REGS_W4)
+    REGS: gl.constexpr = (PRODUCER_REGS_NARROW if NARROW else
+                          (PRODUCER_REGS_W8 if PW == 8 else PRODUCER_REGS_W4))
     # (Gluon takes no function inside a tuple built in the kernel: one call per consumer)
     if NARROW:
         acc0, acc1, acc2, acc3, b_m, b_l2 = gl.warp_specialize(
@@ -267,7 +308,7 @@ def sparse_mla_gluon_fp8_ws_kernel(
                                              p_smem, ready, free, p_idx, n_start, n_end, n_steps, n_rows,
                                              qk_scale, BLOCK_H, BLOCK_N, LAT, NS)),
              (_fp8_producer, (kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2,
-                              k_s3, kp_smem, sc_smem, landed, ready, free, BLOCK_N, NS, PW, F16))],
+                              k_s3, kp_smem, sc_smem, landed, ready, free, BLOCK_N, NS, PW, F16, SWAP))],
             [PW], [REGS])
     if NARROW:
         gluon_narrow.narrow_epilogue(acc0, acc1, acc2, acc3, b_m, b_l2, sink_ptr, out_ptr, lse_ptr, i_t,
@@ -279,7 +320,7 @@ def sparse_mla_gluon_fp8_ws_kernel(
                              free, p_idx, n_start, n_end, n_steps, n_rows, qk_scale, BLOCK_H, BLOCK_N,
                              LAT, NS, False)),
              (_fp8_producer, (kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2,
-                              k_s3, kp_smem, sc_smem, landed, ready, free, BLOCK_N, NS, PW, F16))],
+                              k_s3, kp_smem, sc_smem, landed, ready, free, BLOCK_N, NS, PW, F16, SWAP))],
             [PW], [REGS])
         _epilogue(acc0, acc1, acc2, acc3, b_m, b_l2, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0, n_heads,
                   stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h, HAS_SINK, PARTIAL,

@@ -25,7 +25,9 @@ On the H200 (2026-12-02, runs 101-108; BENCHMARKS.md "Few heads along N"): decod
 a 1M-row cache 79-80 us at 8 and 16 heads (52-53% of copy) against 113-117 us for the Triton
 tiles before and 112 us for FlashMLA's fp8 kernel; 87 us at 32 heads against 165. Probes put
 the step at 2.5 us where the copies alone take 1.95 us and the consumers alone 1.4 us: the
-consumers and the conversion slow each other while they overlap.
+consumers and the conversion slow each other while they overlap, shared memory the busiest
+unit (71%). With the conversion's stores made conflict-free (gluon_fp8_producer.RAW_SWAP,
+run 110): 71.5-72.3 us at T=128, 1.06-1.11x, about 58-59% of copy.
 
 Import only where Gluon is available and not under the interpreter (as gluon_sm90).
 """

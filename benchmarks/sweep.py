@@ -101,6 +101,19 @@ def time_against_first(inputs, w, tile, fp8, sms, first, per_sm=None):
     return dict(workload=w.name, tile=str(tile), splits=splits, us=us, rel_diff=diff, **meta), meta
 
 
+def flashmla_record(w, inputs, label):
+    """FlashMLA timed on the workload's inputs (None where it has no kernel for them): the
+    record, after printing it under ``label``."""
+    try:
+        fm = flashmla_fn(w, *inputs, 576 ** -0.5)
+        fm_us = time_us(fm) if fm is not None else None
+    except Exception as exc:  # noqa: BLE001 - no baseline for this workload
+        print(f"FlashMLA failed: {exc}", flush=True)
+        fm_us = None
+    print(f"{label} {w.name:36} FlashMLA {fm_us}", flush=True)
+    return dict(workload=w.name, tile="FlashMLA", us=fm_us)
+
+
 def main(path):
     if "--fp8" in sys.argv:
         return main_fp8(path)
@@ -131,7 +144,6 @@ def main(path):
     records = []
     for w in WORKLOADS:
         inputs = make_inputs(w, caches)
-        q, kv, idx, lengths = inputs
         out = torch.empty(w.t, w.h, 512, device="cuda", dtype=torch.bfloat16)
         fp8 = w.fmt == "fp8_ds_mla"
         rows = []
@@ -143,14 +155,8 @@ def main(path):
                 rows.append(dict(workload=w.name, tile=list(tile.__dict__.values()), per_sm=per_sm,
                                  splits=splits, us=us, **meta))
                 print(f"{w.name:36} {tile} per_sm={per_sm} splits={splits:3d} {us:9.1f} us {meta}", flush=True)
-        try:
-            fm = flashmla_fn(w, q, kv, idx, lengths, 576 ** -0.5)
-            fm_us = time_us(fm) if fm is not None else None
-        except Exception as exc:  # noqa: BLE001 - no baseline for this workload
-            print(f"FlashMLA failed: {exc}", flush=True)
-            fm_us = None
-        rows.append(dict(workload=w.name, tile="FlashMLA", us=fm_us))
-        print(f"{w.name:36} FlashMLA {fm_us}", flush=True)
+        rows.append(flashmla_record(w, inputs, "SWEEP"))
+        fm_us = rows[-1]["us"]
         best = min((r for r in rows if r["us"] is not None and r["us"] == r["us"]), key=lambda r: r["us"] if r["tile"] != "FlashMLA" else 1e30, default=None)
         print(f"BEST {w.name:36} {best} FlashMLA {fm_us}", flush=True)
         records += rows
@@ -173,14 +179,7 @@ def main_fp8(path):
                                 us=us, **meta))
             print(f"FP8 {w.name:36} {tile} cvt={hw} pin={int(pin)} splits={splits} {us:8.1f} us {meta}",
                   flush=True)
-        try:
-            fm = flashmla_fn(w, *inputs, 576 ** -0.5)
-            fm_us = time_us(fm) if fm is not None else None
-        except Exception as exc:  # noqa: BLE001 - no baseline for this workload
-            print(f"FlashMLA failed: {exc}", flush=True)
-            fm_us = None
-        records.append(dict(workload=w.name, tile="FlashMLA", us=fm_us))
-        print(f"FP8 {w.name:36} FlashMLA {fm_us}", flush=True)
+        records.append(flashmla_record(w, inputs, "FP8"))
     with open(path, "w") as f:
         json.dump(records, f, indent=1)
 
@@ -440,16 +439,10 @@ def main_narrow(path):
             print(f"NARROW {w.name:40} {tile.block_h}x{tile.block_n} w{tile.num_warps} s{tile.num_stages} "
                   f"gluon={int(tile.gluon)} splits={rec['splits']:3d} {rec['us']:9.1f} us "
                   f"diff={rec['rel_diff']:.1e} {meta}", flush=True)
-        try:
-            fm = flashmla_fn(w, *inputs, 576 ** -0.5)
-            fm_us = time_us(fm) if fm is not None else None
-        except Exception as exc:  # noqa: BLE001 - no baseline for this workload
-            print(f"FlashMLA failed: {exc}", flush=True)
-            fm_us = None
-        records.append(dict(workload=w.name, tile="FlashMLA", us=fm_us))
-        print(f"NARROW {w.name:40} FlashMLA {fm_us}", flush=True)
+        records.append(flashmla_record(w, inputs, "NARROW"))
     with open(path, "w") as f:
         json.dump(records, f, indent=1)
+
 
 if __name__ == "__main__":
     main(sys.argv[1])

@@ -310,7 +310,6 @@ def sparse_mla_gluon_fp8_ws_kernel(
              (_fp8_producer, (kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2,
                               k_s3, kp_smem, sc_smem, landed, ready, free, BLOCK_N, NS, PW, F16, SWAP))],
             [PW], [REGS])
-    if NARROW:
         gluon_narrow.narrow_epilogue(acc0, acc1, acc2, acc3, b_m, b_l2, sink_ptr, out_ptr, lse_ptr, i_t,
                                      i_s, h0, n_heads, stride_o_t, stride_o_h, stride_o_s, stride_lse_t,
                                      stride_lse_h, HAS_SINK, PARTIAL, BLOCK_H, LAT)

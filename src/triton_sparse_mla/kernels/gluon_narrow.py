@@ -21,7 +21,7 @@ producer (kernels/gluon_fp8_producer.py's) gathers and dequantizes; the consumer
 warpgroup. Shared memory: q 18 KB (16 heads; 36 KB at 32), two 72 KB slots, P^T, scales:
 166 KB (187 KB), one program per SM.
 
-On the H200 (2026-12-02, runs 101-108; BENCHMARKS.md "Few heads along N"): decode T=128 over
+On the H200 (2026-12-02, runs 101-110; BENCHMARKS.md "Few heads along N"): decode T=128 over
 a 1M-row cache 79-80 us at 8 and 16 heads (52-53% of copy) against 113-117 us for the Triton
 tiles before and 112 us for FlashMLA's fp8 kernel; 87 us at 32 heads against 165. Probes put
 the step at 2.5 us where the copies alone take 1.95 us and the consumers alone 1.4 us: the

@@ -235,7 +235,7 @@ def test_gluon_runs_where_it_applies(device, monkeypatch):
     """The Gluon kernel is chosen only for tiles that name it, a 576-column q, bf16 with fp8
     rows, and a cache aligned for its copies; never under the interpreter, nor with
     TRITON_SPARSE_MLA_GLUON=0."""
-    from triton_sparse_mla.kernels.attention import gluon_kernels
+    from triton_sparse_mla.kernels.attention import gluon_applies, gluon_kernels
 
     interpret = device.type == "cpu"
     tile = configs.TileConfig(64, 64, 8, 2, exchange_p=True, gluon=True)
@@ -261,6 +261,22 @@ def test_gluon_runs_where_it_applies(device, monkeypatch):
         configs.TileConfig(16, 64, 4, 2, gluon=True)
     # a few-head Gluon tile trimmed to fewer heads keeps its kernel where one exists
     assert configs.plan_launch("sm90", 132, 1, t_count=128, h_count=16, topk=2048, fp8=True).tile.gluon
+    # where the Gluon kernels do not apply, the planner takes each Gluon tile's Triton tile: the
+    # few-head ones' fallback (the Triton tiles they replaced, two programs per SM), the 64-head
+    # ones' own shape without Gluon (fp8 operands as the Triton kernel ran them)
+    assert gluon_applies(q, kv8, 64, True, interpret) == sm90
+    assert not gluon_applies(q.half(), kv8, 64, True, interpret)
+    for h, shape in ((8, (16, 32, 3)), (16, (16, 32, 3)), (32, (32, 32, 2))):
+        plan = configs.plan_launch("sm90", 132, 1, t_count=128, h_count=h, topk=2048, fp8=True,
+                                   gluon=False)
+        assert not plan.tile.gluon and plan.tile.fp8_f16, plan
+        assert (plan.tile.block_h, plan.tile.block_n, plan.tile.num_stages) == shape, plan
+        assert configs.programs_per_sm("sm90", plan.tile) == 2 and plan.splits == 2, plan
+    tile64 = configs.plan_launch("sm90", 132, 1, t_count=128, h_count=64, topk=2048, fp8=True,
+                                 gluon=False).tile
+    assert not tile64.gluon and tile64.exchange_p and not tile64.fp8_f16 and tile64.block_h == 64
+    with pytest.raises(ValueError, match="fallback: a Triton tile"):
+        configs.TileConfig(16, 32, 4, 2, fallback=configs.TileConfig(16, 32, 4, 3))
     with pytest.raises(ValueError, match="producer_warp.*gluon"):
         configs.TileConfig(64, 64, 8, 2, producer_warp=True)
     with pytest.raises(ValueError, match="qk_ahead.*producer_warp"):

@@ -36,7 +36,9 @@ def test_all_configs_compile_and_fit(tmp_path):
     for r in records:
         if r["config"] in ("combine", "workspace") or r["family"] == "sm80":
             continue
-        claim = configs.programs_per_sm(r["family"], tiles[r["family"], r["config"]])
+        tile = tiles[r["family"], r["config"]]  # (its Triton kernel: the tile without Gluon)
+        tile = tile.without_gluon() if tile.gluon and r["variant"].startswith("fwd") else tile
+        claim = configs.programs_per_sm(r["family"], tile)
         fits = configs.fit_by_shared_memory(r["shared"], int(r["target"][2:]))
         assert claim <= fits if r["family"] != "sm86" else claim == fits, r
     assert proc.returncode == 0

@@ -10,7 +10,7 @@ import torch
 
 from . import configs, workspace
 from .formats import D_NOPE, D_ROPE, D_V, row_format
-from .kernels.attention import launch_sparse_mla_fwd
+from .kernels.attention import gluon_applies, launch_sparse_mla_fwd
 
 _Q_DTYPES = (torch.bfloat16, torch.float16)
 
@@ -208,7 +208,9 @@ def _run(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, out, lse, 
             lse.fill_(float("-inf"))
         return
     if plan is None:
+        gluon = gluon_applies(q_nope, kv, 0 if q_pe is None else q_pe.shape[2], fp8,
+                              os.environ.get("TRITON_INTERPRET") == "1")
         plan = configs.plan_launch(family, sm_count, fp8_cvt, t_count=t_count, h_count=h_count,
-                                   topk=topk, fp8=fp8)
+                                   topk=topk, fp8=fp8, gluon=gluon)
     return launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, out,
                                  lse, fp8=fp8, plan=plan)

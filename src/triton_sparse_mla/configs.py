@@ -72,8 +72,9 @@ class TileConfig:
     scores_apart: bool = False
     # Run the Gluon kernel (kernels/gluon_sm90.py) where it applies: an SM90 device, Triton
     # 3.6 or newer, a 576-column q, bf16 (or fp16 with fp16 rows), a cache aligned to 16; see
-    # kernels.attention.gluon_kernels. Elsewhere (other GPUs, the interpreter, a NoPE q, an
-    # unaligned cache) the Triton kernel runs the tile's other fields. Two shapes: 64 heads x
+    # kernels.attention.gluon_applies. Elsewhere (other GPUs, the interpreter, a NoPE q, an
+    # unaligned cache) the planner takes the tile's ``without_gluon`` tile for the Triton
+    # kernel (``fallback``, else the same shape). Two shapes: 64 heads x
     # 64 rows with 8 warps, and for fp8_ds_mla rows with ``producer_warp`` 16 or 32 heads x 64
     # rows with 4 warps (kernels/gluon_narrow.py: heads along the wgmma's N; one program per
     # SM, as ``programs_per_sm`` counts every Gluon tile).
@@ -103,12 +104,20 @@ class TileConfig:
     # kernel (2026-12-02, runs 93 and 95; BENCHMARKS.md "Consumers on alternate tiles"); on
     # in no table.
     pingpong: bool = False
+    # With ``gluon``: the Triton tile a call runs where the Gluon kernel does not apply
+    # (``without_gluon``; the planner decides it per call, kernels.attention.gluon_applies).
+    # None: the same shape with the Gluon-only fields off.
+    fallback: "TileConfig | None" = None
 
     def without_gluon(self) -> "TileConfig":
-        """The same tile for the Triton kernel: ``gluon`` off, and with it every field only
-        the Gluon kernels read (each of which requires ``gluon`` or ``producer_warp``)."""
+        """The tile for the Triton kernel: ``fallback`` where set, else the same shape with
+        ``gluon`` off, and with it every field only the Gluon kernels read (each of which
+        requires ``gluon`` or ``producer_warp``), ``fp8_f16`` as the Triton kernel ran it
+        (``triton_fp8_f16``)."""
+        if self.fallback is not None:
+            return self.fallback
         return dataclasses.replace(self, gluon=False, producer_warp=False, qk_ahead=False,
-                                   wide_producer=False, pingpong=False)
+                                   wide_producer=False, pingpong=False, fp8_f16=self.triton_fp8_f16)
 
     @property
     def triton_fp8_f16(self) -> bool:
@@ -136,6 +145,8 @@ class TileConfig:
         if self.pingpong and self.qk_ahead:
             raise ValueError("pingpong: the alternate-tile Gluon kernel has no qk_ahead; unset "
                              "one of them")
+        if self.fallback is not None and (self.fallback.gluon or not self.gluon):
+            raise ValueError("fallback: a Triton tile (gluon off) for a tile with gluon")
         if self.qk_ahead and not self.producer_warp:
             raise ValueError("qk_ahead: only the producer-warp Gluon kernel issues its score dots "
                              "ahead; set producer_warp too")
@@ -223,10 +234,12 @@ _G64_F16 = C(64, 64, 8, 2, exchange_p=True, gluon=True, fp8_f16=True, producer_w
 # 64) 1.41x slower at T=128 H=16 (H200, 2026-12-02, runs 102-104; BENCHMARKS.md "Few heads
 # along N"); since then its raw halves of odd rows swapped, conflict-free conversion stores:
 # 1.06-1.11x more (run 110). At T <= 8 the latency tiles stay (13.1 against 13.9 us at T=4
-# H=16). Where the Gluon kernel does not run (kernels.attention.gluon_kernels) the same shapes
-# run the Triton kernel.
-_N16 = C(16, 64, 4, 2, fp8_f16=True, gluon=True, producer_warp=True)
-_N32 = C(32, 64, 4, 2, fp8_f16=True, gluon=True, producer_warp=True)
+# H=16). Where the Gluon kernel does not apply (kernels.attention.gluon_applies) the Triton
+# tiles they replaced run instead (``fallback``).
+_N16 = C(16, 64, 4, 2, fp8_f16=True, gluon=True, producer_warp=True,
+         fallback=C(16, 32, 4, 3, fp8_f16=True))
+_N32 = C(32, 64, 4, 2, fp8_f16=True, gluon=True, producer_warp=True,
+         fallback=C(32, 32, 4, 2, fp8_f16=True))
 _SM90 = {
     ("latency", "plain"): ((_ANY, C(16, 64, 4, 2)),),
     ("latency", "fp8"): ((16, C(16, 32, 4, 2, fp8_f16=True, rows_ahead=True)),
@@ -404,9 +417,14 @@ def pick_tile(family: str, *, t_count: int, h_count: int, fp8: bool) -> TileConf
 
 
 def plan_launch(family: str, sm_count: int, fp8_cvt: int, *, t_count: int, h_count: int,
-                topk: int, fp8: bool) -> LaunchPlan:
-    """Pick the tile, split count and fp8 decode path for one call."""
+                topk: int, fp8: bool, gluon: bool = True) -> LaunchPlan:
+    """Pick the tile, split count and fp8 decode path for one call. ``gluon``: whether the
+    Gluon kernels apply to the call (kernels.attention.gluon_applies: fixed per cache, dtypes
+    and device, so a CUDA graph's plan holds); where not, a Gluon tile gives way to its
+    ``without_gluon`` tile."""
     tile = pick_tile(family, t_count=t_count, h_count=h_count, fp8=fp8)
+    if tile.gluon and not gluon:
+        tile = tile.without_gluon()
     # Never tile more heads than exist (beyond the 16 rows tl.dot needs).
     block_h = min(tile.block_h, max(16, triton.next_power_of_2(h_count)))
     if block_h != tile.block_h:

@@ -20,7 +20,7 @@ import torch
 from . import configs, workspace
 from .api import sparse_mla_attention
 from .formats import D_NOPE, D_ROPE, FP8_ROW_BYTES
-from .kernels.attention import split_layout
+from .kernels.attention import gluon_applies, split_layout
 from .kernels.combine import combine_block
 
 # Rows of the cache the warm-up calls read (a multiple of 16, like every real cache vLLM
@@ -29,7 +29,8 @@ _ROWS = 256
 
 
 def variant_token_counts(num_heads: int, *, fp8: bool, bf16_query: bool, topk: int,
-                         max_tokens: int, family: str, sm_count: int, fp8_cvt: int):
+                         max_tokens: int, family: str, sm_count: int, fp8_cvt: int,
+                         gluon: bool = True, gluon_workspace: bool = True):
     """One ``(T, fp8_workspace)`` per kernel variant that calls with 1 to ``max_tokens`` query
     tokens can take, the smallest such T; ``fp8_workspace`` as the warm-up call passes it.
 
@@ -37,15 +38,17 @@ def variant_token_counts(num_heads: int, *, fp8: bool, bf16_query: bool, topk: i
     combine kernel's block for the split count (:func:`variant`); for fp8_ds_mla rows in the
     kernel or, from ``workspace.MIN_TOKENS`` tokens with a bf16 query, through the workspace
     (which calls may or may not take, depending on their indices: both are listed).
+    ``gluon`` and ``gluon_workspace``: whether the Gluon kernels apply to the calls' own rows
+    and to the workspace's bf16 rows (kernels.attention.gluon_applies).
     """
     first = {}
     for t in range(1, max_tokens + 1):
         plan = configs.plan_launch(family, sm_count, fp8_cvt, t_count=t, h_count=num_heads,
-                                   topk=topk, fp8=fp8)
+                                   topk=topk, fp8=fp8, gluon=gluon)
         first.setdefault((fp8, *variant(plan, topk)), (t, False if fp8 else None))
         if fp8 and bf16_query and t >= workspace.MIN_TOKENS:
             plan = configs.plan_launch(family, sm_count, fp8_cvt, t_count=t, h_count=num_heads,
-                                       topk=topk, fp8=False)
+                                       topk=topk, fp8=False, gluon=gluon_workspace)
             first.setdefault(("workspace", *variant(plan, topk)), (t, True))
     return sorted(set(first.values()), key=lambda v: (v[0], v[1] is True))
 
@@ -95,14 +98,19 @@ def warmup(num_heads: int, *, q_dtype: torch.dtype = torch.bfloat16, kv_format: 
     index = device.index if device.index is not None else torch.cuda.current_device()
     device = torch.device("cuda", index)
     family, sm_count, fp8_cvt = configs.device_traits(index)
-    calls = variant_token_counts(num_heads, fp8=fp8, bf16_query=q_dtype == torch.bfloat16,
-                                 topk=topk, max_tokens=max_tokens, family=family,
-                                 sm_count=sm_count, fp8_cvt=fp8_cvt)
     if fp8:
         kv = torch.zeros(_ROWS, FP8_ROW_BYTES, dtype=torch.uint8, device=device)
     else:
         kv = torch.zeros(_ROWS, d_qk, dtype=torch.bfloat16 if kv_format == "bf16" else torch.float16,
                          device=device)
+    # (the plans of the calls below, as _run makes them: over this cache, or the workspace's)
+    q_nope = torch.zeros(1, num_heads, D_NOPE, dtype=q_dtype, device=device)
+    ws_rows = torch.zeros(1, D_NOPE + D_ROPE, dtype=torch.bfloat16, device=device)
+    calls = variant_token_counts(num_heads, fp8=fp8, bf16_query=q_dtype == torch.bfloat16,
+                                 topk=topk, max_tokens=max_tokens, family=family,
+                                 sm_count=sm_count, fp8_cvt=fp8_cvt,
+                                 gluon=gluon_applies(q_nope, kv, d_qk - D_NOPE, fp8, False),
+                                 gluon_workspace=gluon_applies(q_nope, ws_rows, D_ROPE, False, False))
     sink = torch.zeros(num_heads, dtype=torch.float32, device=device) if attn_sink else None
     for t, use_workspace in calls:
         q = torch.zeros(t, num_heads, d_qk, dtype=q_dtype, device=device)

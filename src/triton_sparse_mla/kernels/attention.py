@@ -372,26 +372,31 @@ def operand_dtype(q_dtype, fp8_f16: bool):
 
 
 def gluon_kernels(tile, q_nope, kv, d_pe: int, fp8: bool, interpret: bool):
-    """kernels/gluon_sm90.py where it runs this call, else None (this module's kernel then runs
-    the tile's other fields: for sm90's tables, the ``exchange_p`` tile).
+    """kernels/gluon_sm90.py where it runs this call with this tile, else None (this module's
+    kernel then runs the tile's fields): for a tile with ``gluon`` (the few-head one with
+    fp8_ds_mla rows only) where :func:`gluon_applies`."""
+    if not tile.gluon or (tile.block_h < 64 and not fp8):
+        return None
+    return gluon_module() if gluon_applies(q_nope, kv, d_pe, fp8, interpret) else None
 
-    It runs a tile with ``gluon`` set on an SM90 device, not under the interpreter, with Triton
-    3.6 or newer (the Gluon calls it uses: checked with 3.6 and 3.8), for a q of 576 columns
-    that is bf16 (any row format) or fp16 (fp16 rows), over a cache whose start and row stride
-    are multiples of 16 (bytes, and elements: what Triton's specialization can tell its 16-byte
-    asynchronous copies; every cache vLLM allocates), unless the environment sets
-    ``TRITON_SPARSE_MLA_GLUON=0``. All of it fixed per cache and shapes, so CUDA graphs hold."""
-    if not tile.gluon or interpret or os.environ.get("TRITON_SPARSE_MLA_GLUON", "1") == "0":
-        return None
+
+def gluon_applies(q_nope, kv, d_pe: int, fp8: bool, interpret: bool) -> bool:
+    """Whether the Gluon kernels run a call: on an SM90 device, not under the interpreter,
+    with Triton 3.6 or newer (the Gluon calls they use: checked with 3.6 and 3.8), for a q of
+    576 columns that is bf16 (any row format) or fp16 (fp16 rows), over a cache whose start
+    and row stride are multiples of 16 (bytes, and elements: what Triton's specialization can
+    tell their 16-byte asynchronous copies; every cache vLLM allocates), unless the
+    environment sets ``TRITON_SPARSE_MLA_GLUON=0``. All of it fixed per cache, dtypes and
+    device, so CUDA graphs hold."""
+    if interpret or os.environ.get("TRITON_SPARSE_MLA_GLUON", "1") == "0":
+        return False
     if d_pe != 64 or (fp8 and q_nope.dtype != torch.bfloat16):
-        return None
-    if tile.block_h < 64 and not fp8:  # (the few-head Gluon tile takes fp8_ds_mla rows only)
-        return None
+        return False
     if kv.stride(0) % 16 != 0 or kv.data_ptr() % 16 != 0:
-        return None
+        return False
     if torch.cuda.get_device_capability(q_nope.device)[0] != 9:
-        return None
-    return gluon_module()
+        return False
+    return gluon_module() is not None
 
 
 @functools.lru_cache(maxsize=None)

@@ -417,8 +417,6 @@ NARROW_WORKLOADS = [Workload("decode", t, h, "fp8_ds_mla") for h in (8, 16) for 
     Workload("decode", 128, 64, "fp8_ds_mla"), Workload("decode", 128, 128, "fp8_ds_mla")]
 NARROW_TILES = [T(16, 64, 4, 2, fp8_f16=True, gluon=True, producer_warp=True),
                 T(32, 64, 4, 2, fp8_f16=True, gluon=True, producer_warp=True)]
-# The Triton tiles sm90's table ran for fp8_ds_mla decode with 8-32 heads before run 101.
-TRITON_FP8_DECODE = {16: T(16, 32, 4, 3, fp8_f16=True), 32: T(32, 32, 4, 2, fp8_f16=True)}
 
 
 def main_narrow(path):
@@ -428,9 +426,8 @@ def main_narrow(path):
     for w in NARROW_WORKLOADS:
         inputs = make_inputs(w, caches)
         shipped = configs.pick_tile("sm90", t_count=w.t, h_count=w.h, fp8=True)
-        tiles = [shipped]
-        if w.phase == "decode" and w.h <= 32 and w.t > configs.LATENCY_MAX_TOKENS:
-            tiles = [TRITON_FP8_DECODE[max(16, w.h)]]
+        # (the few-head tiles' fallback: the Triton tiles the table ran before run 101)
+        tiles = [shipped.fallback or shipped]
         tiles += [t for t in NARROW_TILES if t.block_h >= w.h and (t.block_h == 16 or w.h > 16)]
         first = []
         for tile in tiles:

@@ -382,7 +382,7 @@ def gluon_kernels(tile, q_nope, kv, d_pe: int, fp8: bool, interpret: bool):
 
 def gluon_applies(q_nope, kv, d_pe: int, fp8: bool, interpret: bool) -> bool:
     """Whether the Gluon kernels run a call: on an SM90 device, not under the interpreter,
-    with Triton 3.6 or newer (the Gluon calls they use: checked with 3.6 and 3.8), for a q of
+    with Triton 3.6 to 3.8 (:data:`GLUON_TRITON`: the Gluon calls they use), for a q of
     576 columns that is bf16 (any row format) or fp16 (fp16 rows), over a cache whose start
     and row stride are multiples of 16 (bytes, and elements: what Triton's specialization can
     tell their 16-byte asynchronous copies; every cache vLLM allocates), unless the
@@ -399,10 +399,26 @@ def gluon_applies(q_nope, kv, d_pe: int, fp8: bool, interpret: bool) -> bool:
     return gluon_module() is not None
 
 
+# The Triton versions whose Gluon calls the kernels use, [first, past the last): compiled and
+# tested with 3.6 (on the H200) and 3.8 (vLLM 0.33's, compiled on a CPU). Triton 3.9 renamed
+# or removed two of them (shared_memory_descriptor._reinterpret, async_copy's
+# async_copy_global_to_shared; seen compiling for sm90 on a CPU, 2026-12-02): there the
+# planner takes each Gluon tile's Triton tile, as on any GPU the Gluon kernels do not cover.
+GLUON_TRITON = ((3, 6), (3, 9))
+
+
+def gluon_triton() -> bool:
+    """Whether this Triton's version is one the Gluon kernels are written for
+    (:data:`GLUON_TRITON`); imports nothing."""
+    version = tuple(int(v) for v in triton.__version__.split(".")[:2])
+    return GLUON_TRITON[0] <= version < GLUON_TRITON[1]
+
+
 @functools.lru_cache(maxsize=None)
 def gluon_module():
-    """The Gluon kernels' module, imported once, or None where this Triton lacks them."""
-    if tuple(int(v) for v in triton.__version__.split(".")[:2]) < (3, 6):
+    """The Gluon kernels' module, imported once, or None where this Triton lacks the calls
+    they use (:func:`gluon_triton`)."""
+    if not gluon_triton():
         return None
     try:
         from . import gluon_sm90

@@ -290,6 +290,24 @@ def test_gluon_runs_where_it_applies(device, monkeypatch):
                            qk_ahead=True)
 
 
+def test_gluon_only_on_its_triton_versions(monkeypatch):
+    """The Gluon kernels run only with the Triton versions whose Gluon calls they use
+    (kernels.attention.GLUON_TRITON: 3.6 to 3.8; 3.9 renamed two of them): with any other, the
+    module is not imported and the planner takes the Triton tiles."""
+    from triton_sparse_mla.kernels import attention
+
+    for version, ok in (("3.5.1", False), ("3.6.0", True), ("3.8.0", True), ("3.9.0", False),
+                        ("4.0.0", False)):
+        monkeypatch.setattr(attention.triton, "__version__", version)
+        assert attention.gluon_triton() == ok, version
+    attention.gluon_module.cache_clear()
+    try:
+        assert attention.gluon_module() is None
+    finally:
+        monkeypatch.undo()
+        attention.gluon_module.cache_clear()
+
+
 def test_exchange_tile_must_own_its_sm(device):
     """The scratch slot is per SM, so a tile too small to own its SM is refused by name."""
     prob = make_problem(t=2, h=32, k=64, n=200, device=device)

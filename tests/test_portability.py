@@ -48,7 +48,7 @@ def test_all_configs_compile_and_fit(tmp_path):
 
 
 # The Gluon kernels' compile checks, where this Triton has the Gluon calls they use (elsewhere
-# the planner never runs them: test_gluon_runs_where_it_applies)
+# the planner never runs them: tests/test_attention.py, test_gluon_only_on_its_triton_versions)
 _NEEDS_GLUON = pytest.mark.skipif(not gluon_triton(),
                                   reason=f"the Gluon kernels need Triton in {GLUON_TRITON}")
 

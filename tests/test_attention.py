@@ -253,8 +253,6 @@ def test_gluon_runs_where_it_applies(device, monkeypatch):
     narrow = configs.TileConfig(16, 64, 4, 2, gluon=True, producer_warp=True)  # fp8_ds_mla rows only
     assert (gluon_kernels(narrow, q, kv8, 64, True, interpret) is not None) == sm90
     assert gluon_kernels(narrow, q, kv, 64, False, interpret) is None
-    monkeypatch.setenv("TRITON_SPARSE_MLA_GLUON", "0")
-    assert gluon_kernels(tile, q, kv, 64, False, interpret) is None
     with pytest.raises(ValueError, match="gluon.*64 heads x 64 rows.*got 32 x 64"):
         configs.TileConfig(32, 64, 8, 2, gluon=True)
     with pytest.raises(ValueError, match="gluon.*16 or 32 heads.*producer_warp.*got 16 x 64 with 4"):
@@ -266,6 +264,9 @@ def test_gluon_runs_where_it_applies(device, monkeypatch):
     # ones' own shape without Gluon (fp8 operands as the Triton kernel ran them)
     assert gluon_applies(q, kv8, 64, True, interpret) == sm90
     assert not gluon_applies(q.half(), kv8, 64, True, interpret)
+    monkeypatch.setenv("TRITON_SPARSE_MLA_GLUON", "0")
+    assert gluon_kernels(tile, q, kv, 64, False, interpret) is None
+    assert not gluon_applies(q, kv8, 64, True, interpret)
     for h, shape in ((8, (16, 32, 3)), (16, (16, 32, 3)), (32, (32, 32, 2))):
         plan = configs.plan_launch("sm90", 132, 1, t_count=128, h_count=h, topk=2048, fp8=True,
                                    gluon=False)

@@ -5,7 +5,7 @@ built), so the profiled launches are the steady-state kernels. Run under
 ``ncu --profile-from-start off ... python3 benchmarks/ncu_profile.py [WORKLOAD ...]`` where a
 workload is ``T,H,FORMAT[,FIELD]`` (default: the decode workloads whose targets are missed at
 8-16 heads, with bf16 beside them for contrast); ``FIELD`` turns that boolean ``TileConfig``
-field on in the shipped tile (e.g. ``128,16,fp8_ds_mla,fp8_vec8``). ``benchmarks/device_run.sh
+field on in the shipped tile (e.g. ``128,16,fp8_ds_mla,fp8_vec8``), ``-FIELD`` off. ``benchmarks/device_run.sh
 ncu`` does that, with ``PROFILE_WORKLOADS`` for other workloads.
 """
 
@@ -29,7 +29,8 @@ def field_on(field):
 
     def plan(*args, **kwargs):
         p = shipped(*args, **kwargs)
-        return dataclasses.replace(p, tile=dataclasses.replace(p.tile, **{field: True}))
+        on = not field.startswith("-")  # ("-FIELD": off)
+        return dataclasses.replace(p, tile=dataclasses.replace(p.tile, **{field.lstrip("-"): on}))
 
     configs.plan_launch = plan
     try:

@@ -77,6 +77,18 @@ def test_little_reuse_keeps_the_in_kernel_conversion(device):
     assert ws.shape[0] == 40  # min(N, T x K) slots: known without counting
 
 
+def test_reuse_threshold_follows_the_in_kernel_path(device):
+    # 8 x 64 entries over 40 rows: 12.8 per row. Enough against the Triton tiles' conversion;
+    # not against sm90's few-head Gluon tile, which the workspace beats only from 256; enough
+    # again with 128 heads, where it beats the Gluon tile at any measured reuse.
+    prob = make_problem(t=8, h=8, k=64, n=40, fmt="fp8_ds_mla", device=device, invalid_frac=0)
+    for h, gluon, taken in ((8, False, True), (8, True, False), (32, True, False), (128, True, True)):
+        built = workspace.build(prob.kv, prob.indices, None, 0, force=False,
+                                reuse=workspace.min_reuse(h, gluon))
+        assert (built is not None) == taken, (h, gluon)
+    assert workspace.min_reuse(64, False) == workspace.MIN_REUSE
+
+
 def test_slots_over_the_shape_limit_are_counted(device, monkeypatch):
     prob = make_problem(t=8, h=8, k=64, n=40, fmt="fp8_ds_mla", device=device, invalid_frac=0)
     monkeypatch.setattr(workspace, "SHAPE_MAX_BYTES", 10 * workspace.ROW_BYTES)
@@ -124,6 +136,8 @@ def test_automatic_choice(device, monkeypatch):
     # Through the API: with the threshold lowered, a call takes the workspace by itself.
     prob = make_problem(t=8, h=8, k=64, n=40, fmt="fp8_ds_mla", device=device)
     monkeypatch.setattr(workspace, "MIN_TOKENS", 8)
+    # (12.8 entries per row: enough whichever in-kernel path it replaces)
+    monkeypatch.setattr(workspace, "MIN_REUSE_GLUON", ((None, workspace.MIN_REUSE),))
     taken = []
     build = workspace.build
     monkeypatch.setattr(workspace, "build", lambda *a, **k: taken.append(build(*a, **k)) or taken[-1])

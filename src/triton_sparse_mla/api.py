@@ -184,7 +184,10 @@ def sparse_mla_attention(q, kv, indices, sm_scale, *, topk_length=None, attn_sin
 
     if fp8 and t_count > 0 and indices.shape[1] > 0 and workspace.wanted(t_count, dtype,
                                                                        fp8_workspace):
-        built = workspace.build(kv, indices, topk_length, fp8_cvt, force=fp8_workspace is True)
+        # (the in-kernel path it would replace: sm90's Gluon tiles, where they apply, pay less)
+        gluon = gluon_applies(q_nope, kv, 0 if q_pe is None else q_pe.shape[2], True, _interpreting())
+        built = workspace.build(kv, indices, topk_length, fp8_cvt, force=fp8_workspace is True,
+                                reuse=workspace.min_reuse(h_count, gluon))
         if built is not None:
             kv, indices = built
             fp8 = False

@@ -235,7 +235,9 @@ _G64_F16 = C(64, 64, 8, 2, exchange_p=True, gluon=True, fp8_f16=True, producer_w
 # along N"); since then its raw halves of odd rows swapped, conflict-free conversion stores:
 # 1.06-1.11x more (run 110). At T <= 8 the latency tiles stay (13.1 against 13.9 us at T=4
 # H=16). Where the Gluon kernel does not apply (kernels.attention.gluon_applies) the Triton
-# tiles they replaced run instead (``fallback``).
+# tiles they replaced run instead (``fallback``). In prefill too (below workspace.MIN_TOKENS,
+# and above it where the workspace does not pay: workspace.MIN_REUSE_GLUON): T=4096 H=16 over
+# 32K rows 2053 us against the 16x32 Triton tile's 3103, 1.51x (H200, 2026-12-02, runs 117-118).
 _N16 = C(16, 64, 4, 2, fp8_f16=True, gluon=True, producer_warp=True,
          fallback=C(16, 32, 4, 3, fp8_f16=True))
 _N32 = C(32, 64, 4, 2, fp8_f16=True, gluon=True, producer_warp=True,
@@ -248,8 +250,7 @@ _SM90 = {
                           (_ANY, _G64)),
     ("decode", "fp8"): ((16, _N16), (32, _N32), (_ANY, _G64_F16)),
     ("prefill", "plain"): ((16, C(16, 64, 4, 2)), (32, C(32, 64, 4, 2)), (_ANY, _G64)),
-    ("prefill", "fp8"): ((16, C(16, 32, 4, 2, fp8_f16=True, rows_ahead=True)),
-                         (32, C(32, 32, 4, 2, fp8_f16=True)), (_ANY, _G64_F16)),
+    ("prefill", "fp8"): ((16, _N16), (32, _N32), (_ANY, _G64_F16)),
 }
 # sm80 (163 KB), sm86 (99 KB) and sm100: not measured on their GPUs (none is available here).
 # They are the sm90 shapes, cut down where the compiled kernel overflows the family's shared

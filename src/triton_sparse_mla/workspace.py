@@ -12,7 +12,7 @@ when ``min(N, T x K)`` slots take at most :data:`SHAPE_MAX_BYTES`: then nothing 
 device and a CUDA graph can capture the call. Otherwise (a large cache, as vLLM's, which holds
 every request's rows) the distinct rows are counted and the count read on the host, so the
 workspace takes only what the call reads; that is never done while a graph is captured. A call
-whose rows are reused fewer than :data:`MIN_REUSE` times, or whose distinct rows do not fit,
+whose rows are reused fewer than :func:`min_reuse` times, or whose distinct rows do not fit,
 keeps the in-kernel conversion, and so do calls of fewer than :data:`MIN_TOKENS` query tokens
 (decode), so decode stays as it was. Only for a bf16 query: the workspace holds the dequantized
 values in q's dtype, and fp16 cannot hold every value an fp8_ds_mla row with a large scale
@@ -39,6 +39,16 @@ MIN_TOKENS = 1024
 # each entry. 8 is the least reuse measured (H200, T=4096 over 1M rows: 1.03-1.23x faster);
 # prefill inside one request's context reuses each row 100 times or more.
 MIN_REUSE = 8
+# Where sm90's Gluon tiles convert in the kernel (kernels.attention.gluon_applies), the workspace
+# pays only at a higher reuse, by head count (at most that many heads, then the reuse): T=4096 and
+# 16384 over caches of 32K rows (reuse 256, 1024), 1M rows (8) and 1M rows read inside a 64K
+# window (128). With 8-16 heads (the few-head tile) the in-kernel path is 1.33x faster at reuse
+# 8, 1.01x at 128, and the workspace 1.01-1.05x faster at 256, 1.13x at 1024; with 32 heads the
+# in-kernel path is 1.17x faster at 256 and 1.61x at 8; with 64 heads (the dequantizing
+# producer) 1.18x at 8 and 1.04x at 128, the workspace 1.05x at 256; with 128 heads the
+# workspace 1.02-1.09x everywhere (H200, 2026-12-02, runs 118-119, BENCHMARKS.md "fp8_ds_mla
+# prefill: the few-head tile in the kernel").
+MIN_REUSE_GLUON = ((16, 256), (32, 1024), (64, 256), (None, MIN_REUSE))
 # Largest workspace (bytes of dequantized rows) a call may allocate.
 MAX_BYTES = 2 << 30
 # Largest workspace sized from the shapes alone (min(N, T x K) slots, counted rows or not): a
@@ -66,11 +76,21 @@ def wanted(t_count: int, q_dtype: torch.dtype, mode) -> bool:
     return mode is True or t_count >= MIN_TOKENS
 
 
-def _pays(entries: int, rows: int, max_bytes: int) -> bool:
-    return rows * ROW_BYTES <= max_bytes and entries >= MIN_REUSE * rows
+def min_reuse(h_count: int, gluon: bool) -> int:
+    """Index entries per distinct row from which the workspace replaces the in-kernel
+    conversion, for ``h_count`` query heads: :data:`MIN_REUSE`, or with sm90's Gluon tiles
+    (``gluon``) :data:`MIN_REUSE_GLUON`'s entry."""
+    if not gluon:
+        return MIN_REUSE
+    return next(r for h, r in MIN_REUSE_GLUON if h is None or h_count <= h)
 
 
-def build(kv: torch.Tensor, indices: torch.Tensor, topk_length, fp8_cvt: int, *, force: bool):
+def _pays(entries: int, rows: int, max_bytes: int, reuse: int) -> bool:
+    return rows * ROW_BYTES <= max_bytes and entries >= reuse * rows
+
+
+def build(kv: torch.Tensor, indices: torch.Tensor, topk_length, fp8_cvt: int, *, force: bool,
+          reuse: int = MIN_REUSE):
     """Dequantize the rows that valid entries of ``indices`` name into a workspace.
 
     Args:
@@ -78,6 +98,8 @@ def build(kv: torch.Tensor, indices: torch.Tensor, topk_length, fp8_cvt: int, *,
             ``[T]`` or None (validity as in :func:`triton_sparse_mla.sparse_mla_attention`).
         fp8_cvt: the device's e4m3 decode path (``configs.fp8_cvt_level``).
         force: skip the reuse and size checks.
+        reuse: index entries per distinct row below which the in-kernel conversion is kept
+            (:func:`min_reuse`).
 
     Returns:
         ``(workspace [R, 576] bf16, new_indices [T, K] int32)``, every valid entry rewritten as
@@ -93,7 +115,7 @@ def build(kv: torch.Tensor, indices: torch.Tensor, topk_length, fp8_cvt: int, *,
     entries = t_count * topk
     device = kv.device
     bound = min(n_rows, entries)
-    from_shapes = (_pays(entries, bound, SHAPE_MAX_BYTES) if not force
+    from_shapes = (_pays(entries, bound, SHAPE_MAX_BYTES, reuse) if not force
                    else bound * ROW_BYTES <= SHAPE_MAX_BYTES)
     exact = not from_shapes
     if exact and device.type == "cuda" and torch.cuda.is_current_stream_capturing():
@@ -113,7 +135,7 @@ def build(kv: torch.Tensor, indices: torch.Tensor, topk_length, fp8_cvt: int, *,
     slots = bound
     if exact:
         slots = int(pos[-1]) if n_rows > 0 else 0  # waits for the device
-        if not force and not _pays(entries, slots, MAX_BYTES):
+        if not force and not _pays(entries, slots, MAX_BYTES, reuse):
             return None
     new_indices = torch.empty(t_count, topk, dtype=torch.int32, device=device)
     remap_kernel[grid](pos_ptr=pos, new_idx_ptr=new_indices, stride_new_t=new_indices.stride(0),

@@ -40,15 +40,16 @@ MIN_TOKENS = 1024
 # prefill inside one request's context reuses each row 100 times or more.
 MIN_REUSE = 8
 # Where sm90's Gluon tiles convert in the kernel (kernels.attention.gluon_applies), the workspace
-# pays only at a higher reuse, by head count (at most that many heads, then the reuse): T=4096 and
-# 16384 over caches of 32K rows (reuse 256, 1024), 1M rows (8) and 1M rows read inside a 64K
-# window (128). With 8-16 heads (the few-head tile) the in-kernel path is 1.33x faster at reuse
-# 8, 1.01x at 128, and the workspace 1.01-1.05x faster at 256, 1.13x at 1024; with 32 heads the
-# in-kernel path is 1.17x faster at 256 and 1.61x at 8; with 64 heads (the dequantizing
-# producer) 1.18x at 8 and 1.04x at 128, the workspace 1.05x at 256; with 128 heads the
-# workspace 1.02-1.09x everywhere (H200, 2026-12-02, runs 118-119, BENCHMARKS.md "fp8_ds_mla
-# prefill: the few-head tile in the kernel").
-MIN_REUSE_GLUON = ((16, 256), (32, 1024), (64, 256), (None, MIN_REUSE))
+# pays only at a higher reuse, by head count (at most that many heads, then the reuse; None:
+# never): T=4096 and 16384 over caches of 32K rows (reuse 256, 1024), 1M rows (8) and 1M rows
+# read inside a 64K window (128). With 8-16 heads (the few-head tile) the in-kernel path is
+# 1.33x faster at reuse 8, 1.01x at 128, and the workspace 1.01-1.05x faster at 256, 1.13x at
+# 1024; with 32 heads the in-kernel path is faster at every reuse measured, 1.17x at 256,
+# 1.61x at 8, 1.21x at 1024 (run 119); with 64 heads (the dequantizing producer) 1.18x at 8,
+# a tie at 128, the workspace 1.05x faster at 256 and 1.08x at 1024; with 128 heads the
+# workspace 1.01-1.09x faster everywhere (H200, 2026-12-02, runs 118-119, BENCHMARKS.md
+# "fp8_ds_mla rows: what their alignment costs, and prefill in the kernel").
+MIN_REUSE_GLUON = ((16, 256), (32, None), (64, 256), (None, MIN_REUSE))
 # Largest workspace (bytes of dequantized rows) a call may allocate.
 MAX_BYTES = 2 << 30
 # Largest workspace sized from the shapes alone (min(N, T x K) slots, counted rows or not): a
@@ -76,10 +77,10 @@ def wanted(t_count: int, q_dtype: torch.dtype, mode) -> bool:
     return mode is True or t_count >= MIN_TOKENS
 
 
-def min_reuse(h_count: int, gluon: bool) -> int:
+def min_reuse(h_count: int, gluon: bool):
     """Index entries per distinct row from which the workspace replaces the in-kernel
     conversion, for ``h_count`` query heads: :data:`MIN_REUSE`, or with sm90's Gluon tiles
-    (``gluon``) :data:`MIN_REUSE_GLUON`'s entry."""
+    (``gluon``) :data:`MIN_REUSE_GLUON`'s entry (None: never)."""
     if not gluon:
         return MIN_REUSE
     return next(r for h, r in MIN_REUSE_GLUON if h is None or h_count <= h)
@@ -99,7 +100,7 @@ def build(kv: torch.Tensor, indices: torch.Tensor, topk_length, fp8_cvt: int, *,
         fp8_cvt: the device's e4m3 decode path (``configs.fp8_cvt_level``).
         force: skip the reuse and size checks.
         reuse: index entries per distinct row below which the in-kernel conversion is kept
-            (:func:`min_reuse`).
+            (:func:`min_reuse`; None: always kept, the rows not even counted).
 
     Returns:
         ``(workspace [R, 576] bf16, new_indices [T, K] int32)``, every valid entry rewritten as
@@ -110,6 +111,8 @@ def build(kv: torch.Tensor, indices: torch.Tensor, topk_length, fp8_cvt: int, *,
     Raises:
         ValueError with ``force`` while a CUDA graph is captured, if the rows must be counted.
     """
+    if reuse is None and not force:
+        return None
     n_rows = kv.shape[0]
     t_count, topk = indices.shape
     entries = t_count * topk

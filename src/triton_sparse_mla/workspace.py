@@ -77,7 +77,7 @@ def wanted(t_count: int, q_dtype: torch.dtype, mode) -> bool:
     return mode is True or t_count >= MIN_TOKENS
 
 
-def min_reuse(h_count: int, gluon: bool):
+def min_reuse(h_count: int, gluon: bool) -> int | None:
     """Index entries per distinct row from which the workspace replaces the in-kernel
     conversion, for ``h_count`` query heads: :data:`MIN_REUSE`, or with sm90's Gluon tiles
     (``gluon``) :data:`MIN_REUSE_GLUON`'s entry (None: never)."""
@@ -91,7 +91,7 @@ def _pays(entries: int, rows: int, max_bytes: int, reuse: int) -> bool:
 
 
 def build(kv: torch.Tensor, indices: torch.Tensor, topk_length, fp8_cvt: int, *, force: bool,
-          reuse: int = MIN_REUSE):
+          reuse: int | None = MIN_REUSE):
     """Dequantize the rows that valid entries of ``indices`` name into a workspace.
 
     Args:

@@ -211,8 +211,7 @@ def _run(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, out, lse, 
             lse.fill_(float("-inf"))
         return
     if plan is None:
-        gluon = gluon_applies(q_nope, kv, 0 if q_pe is None else q_pe.shape[2], fp8,
-                              os.environ.get("TRITON_INTERPRET") == "1")
+        gluon = gluon_applies(q_nope, kv, 0 if q_pe is None else q_pe.shape[2], fp8, _interpreting())
         plan = configs.plan_launch(family, sm_count, fp8_cvt, t_count=t_count, h_count=h_count,
                                    topk=topk, fp8=fp8, gluon=gluon)
     return launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, out,

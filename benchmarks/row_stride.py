@@ -5,9 +5,13 @@ row sector-aligned, not line-aligned) and 768 (every row line-aligned). The byte
 the same; only their alignment changes. Each stride twice, alternating; every output is
 compared with the first's (same values: they must agree exactly).
 
-Usage (on the GPU): python3 benchmarks/row_stride.py OUT.json
+With ``--toggle FIELD`` (a boolean ``TileConfig`` field), the workloads of fewer than 64 heads
+at strides 656 and 768, each with the field off and on (the outputs must agree exactly).
+
+Usage (on the GPU): python3 benchmarks/row_stride.py OUT.json [--toggle FIELD]
 """
 
+import dataclasses
 import json
 import sys
 
@@ -32,21 +36,25 @@ def strided(kv, stride):
     return wide[:, :kv.shape[1]]
 
 
-def main(path):
+def main(path, field=None):
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     caches = Caches()
     records = []
-    for w in WORKLOADS:
-        tile = configs.plan_launch("sm90", sms, 1, t_count=w.t, h_count=w.h, topk=2048, fp8=True).tile
+    for w in WORKLOADS if field is None else [w for w in WORKLOADS if w.h < 64]:
+        shipped = configs.plan_launch("sm90", sms, 1, t_count=w.t, h_count=w.h, topk=2048, fp8=True).tile
+        variants = ([(None, shipped)] if field is None else
+                    [(on, dataclasses.replace(shipped, **{field: on})) for on in (False, True)])
         q, kv, idx, lengths = make_inputs(w, caches)
         first = []
         for _ in range(2):
-            for stride in STRIDES:
+            for stride in STRIDES if field is None else (656, 768):
                 view = strided(kv, stride)
-                rec, _ = time_against_first((q, view, idx, lengths), w, tile, True, sms, first)
-                records.append(dict(rec, row_stride=stride))
-                print(f"STRIDE {w.name:36} {tile.block_h}x{tile.block_n} stride={stride} "
-                      f"{rec['us']:8.1f} us diff={rec['rel_diff']:.1e}", flush=True)
+                for on, tile in variants:
+                    rec, _ = time_against_first((q, view, idx, lengths), w, tile, True, sms, first)
+                    records.append(dict(rec, row_stride=stride, **({} if on is None else {field: on})))
+                    print(f"STRIDE {w.name:36} {tile.block_h}x{tile.block_n} stride={stride} "
+                          f"{'' if on is None else f'{field}={int(on)} '}"
+                          f"{rec['us']:8.1f} us diff={rec['rel_diff']:.1e}", flush=True)
                 del view
                 torch.cuda.empty_cache()
     with open(path, "w") as f:
@@ -54,4 +62,4 @@ def main(path):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[sys.argv.index("--toggle") + 1] if "--toggle" in sys.argv else None)

@@ -6,7 +6,8 @@
 # $TOGGLE (e.g. TOGGLE=prefetch_idx), on the workloads of one row format if $TOGGLE_FMT is set
 # (e.g. TOGGLE_FMT=fp8_ds_mla) and of the head counts in $TOGGLE_HEADS (toggle only; e.g.
 # TOGGLE_HEADS=64,128), with $TOGGLE_BASE set in both variants (toggle only; e.g.
-# TOGGLE_BASE=producer_warp for TOGGLE=qk_ahead). Logs and JSON go to $OUT.
+# TOGGLE_BASE=producer_warp for TOGGLE=qk_ahead); with $TOGGLE set, stride times that field off
+# and on at strides 656 and 768. Logs and JSON go to $OUT.
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1

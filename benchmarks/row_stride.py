@@ -6,7 +6,8 @@ the same; only their alignment changes. Each stride twice, alternating; every ou
 compared with the first's (same values: they must agree exactly).
 
 With ``--toggle FIELD`` (a boolean ``TileConfig`` field), the workloads of fewer than 64 heads
-at strides 656 and 768, each with the field off and on (the outputs must agree exactly).
+at strides 656 and 768, each with the field off and on (for a switch that moves only where
+bytes go, the outputs agree exactly; the printed diff says whether they do).
 
 Usage (on the GPU): python3 benchmarks/row_stride.py OUT.json [--toggle FIELD]
 """

@@ -115,6 +115,35 @@ def test_rows_counted_where_the_shapes_do_not_bound_them(device, monkeypatch):
     assert_close(out, lse, ref_out, ref_lse, rtol_norm=3e-2)
 
 
+def test_first_tokens_counted_first(device, monkeypatch):
+    """Where the rows are counted, the first tokens' rows are counted alone first, and a call
+    whose first tokens already name more rows than pay keeps the in-kernel conversion without
+    marking the rest; the decision is the one the whole count gives."""
+    monkeypatch.setattr(workspace, "SHAPE_MAX_BYTES", 10 * workspace.ROW_BYTES)  # rows to count
+    marked = []
+    mark = workspace._mark
+    monkeypatch.setattr(workspace, "_mark", lambda *a: marked.append(a[3:5]) or mark(*a))
+    # 16 x 64 entries at reuse 8: the workspace pays for at most 128 distinct rows, and the
+    # first 9 tokens (4 x 128 + 1 entries or more) are counted alone.
+    prob = make_problem(t=16, h=8, k=64, n=5000, fmt="fp8_ds_mla", device=device, invalid_frac=0)
+    spread = prob.indices
+    narrow = prob.indices % 40
+    late = torch.cat([narrow[:9], spread[9:]])  # the first tokens in 40 rows, the rest anywhere
+    for idx, taken, ranges in ((spread, False, [(0, 9)]), (late, False, [(0, 9), (9, 16)]),
+                               (narrow, True, [(0, 9), (9, 16)])):
+        marked.clear()
+        distinct = len(torch.unique(idx.cpu()))
+        assert workspace._pays(16 * 64, distinct, workspace.MAX_BYTES, 8) == taken
+        built = workspace.build(prob.kv, idx, None, 0, force=False, reuse=8)
+        assert (built is not None) == taken and marked == ranges
+        if taken:
+            assert built[0].shape[0] == distinct
+    # Forced, every token is marked at once.
+    marked.clear()
+    assert workspace.build(prob.kv, spread, None, 0, force=True) is not None
+    assert marked == [(0, 16)]
+
+
 def _fresh_rows(kv, n_used):
     """``kv`` with its first ``n_used`` rows replaced by unpoisoned fp8_ds_mla rows."""
     from triton_sparse_mla.formats import quantize_fp8_ds_mla

@@ -217,19 +217,15 @@ NARROW_CASES = [
 
 @pytest.mark.gpu
 @_SM90_ONLY
-@pytest.mark.parametrize("block_h,f16,regs", [(16, True, False), (16, False, False), (32, True, False),
-                                              (16, True, True), (32, True, True)],
-                         ids=["16 heads", "16 heads bf16 operands", "32 heads",
-                              "16 heads rows in registers", "32 heads rows in registers"])
+@pytest.mark.parametrize("block_h,f16", [(16, True), (16, False), (32, True)],
+                         ids=["16 heads", "16 heads bf16 operands", "32 heads"])
 @pytest.mark.parametrize("p", NARROW_CASES)
-def test_gluon_narrow(p, block_h, f16, regs, device):
+def test_gluon_narrow(p, block_h, f16, device):
     """The few-head Gluon tile over fp8_ds_mla rows (kernels/gluon_narrow.py: rows along the
     wgmma's M, heads along N, the rows gathered and dequantized by the producer warps of
-    kernels/gluon_fp8_producer.py, or loaded into registers a tile ahead by those of
-    kernels/gluon_fp8_regs.py) matches the reference, split and not, into fp16 operands
+    kernels/gluon_fp8_producer.py) matches the reference, split and not, into fp16 operands
     (also for a q past fp16's range) and bf16 ones."""
-    tile = configs.TileConfig(block_h, 64, 4, 2, gluon=True, producer_warp=True, fp8_f16=f16,
-                              raw_in_regs=regs)
+    tile = configs.TileConfig(block_h, 64, 4, 2, gluon=True, producer_warp=True, fp8_f16=f16)
     if f16:
         _check_gluon(p, tile, device, q_gain=1e5)
     _check_gluon(p, tile, device)

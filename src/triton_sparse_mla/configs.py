@@ -104,11 +104,6 @@ class TileConfig:
     # kernel (2026-12-02, runs 93 and 95; BENCHMARKS.md "Consumers on alternate tiles"); on
     # in no table.
     pingpong: bool = False
-    # With the few-head fp8_ds_mla Gluon tile (producer_warp, fp8_f16, 4 producer warps): its
-    # producer loads each tile's rows into registers a tile ahead and converts them into the
-    # slot once it is free (kernels/gluon_fp8_regs.py), instead of copying them into the slot
-    # after it is free and converting them there. Experimental: on in no table.
-    raw_in_regs: bool = False
     # With ``gluon``: the Triton tile a call runs where the Gluon kernel does not apply
     # (``without_gluon``; the planner decides it per call, kernels.attention.gluon_applies).
     # None: the same shape with the Gluon-only fields off.
@@ -122,8 +117,7 @@ class TileConfig:
         if self.fallback is not None:
             return self.fallback
         return dataclasses.replace(self, gluon=False, producer_warp=False, qk_ahead=False,
-                                   wide_producer=False, pingpong=False, raw_in_regs=False,
-                                   fp8_f16=self.triton_fp8_f16)
+                                   wide_producer=False, pingpong=False, fp8_f16=self.triton_fp8_f16)
 
     @property
     def triton_fp8_f16(self) -> bool:
@@ -145,10 +139,6 @@ class TileConfig:
         if self.wide_producer and not self.producer_warp:
             raise ValueError("wide_producer: only the producer-warp Gluon kernel has producer "
                              "warps; set producer_warp too")
-        if self.raw_in_regs and not (narrow and self.fp8_f16 and not self.wide_producer):
-            raise ValueError("raw_in_regs: only the few-head Gluon tile's producer (16 or 32 heads "
-                             "x 64 rows, 4 warps, producer_warp, fp8_f16, 4 producer warps) loads "
-                             "its rows into registers")
         if self.pingpong and not self.producer_warp:
             raise ValueError("pingpong: the alternate-tile Gluon kernel has a producer "
                              "warpgroup; set producer_warp too")

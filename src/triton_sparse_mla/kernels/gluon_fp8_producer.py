@@ -58,7 +58,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier
 
-from . import gluon_fp8_regs, gluon_narrow
+from . import gluon_narrow
 from .gluon_sm90 import (FLAT, GATHER_W4, ROPE_W4, SMEM, _NOT_SPECIALIZED, _barrier, _epilogue, _latent_ring,
                          _load_q, _pass_ids, _split_range, _tile_origin, _ws_consumer)
 
@@ -231,7 +231,11 @@ def _fp8_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s
     dropped, H200 2026-12-02: the next tile's copies issued before this tile's conversion,
     0.74-0.86x, run 103, since the producer then waits for the consumers to free a slot before
     it converts; the copies and the conversion in two partitions of 4 warps, 0.98-1.03x on the
-    few-head kernel, run 104.)"""
+    few-head kernel, run 104; the few-head kernel's rows loaded into registers a tile ahead as
+    32-bit words and converted into the slot once it is free, no raw bytes in shared memory,
+    0.84-0.90x and 0.97x over an L2-resident cache, run 124, commit ecc2f65: with one set of
+    registers the next tile's loads wait for this tile's conversion, as the copies wait for
+    the slot; with L2-only loads 0.61x.)"""
     # 16 bytes per thread and copy, a row in 8 threads of one warp (RAWP: 128 e4m3 bytes of a
     # latent tile, ROPEP: the rope's 64 bf16, SC4: the row's 4 scales, replicated), 4 rows per
     # warp and pass
@@ -255,13 +259,12 @@ def sparse_mla_gluon_fp8_ws_kernel(
     stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
     HAS_LEN: gl.constexpr, HAS_SINK: gl.constexpr, PARTIAL: gl.constexpr,
     BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
-    NS: gl.constexpr, PW: gl.constexpr, F16: gl.constexpr, REGS_AHEAD: gl.constexpr = False,
+    NS: gl.constexpr, PW: gl.constexpr, F16: gl.constexpr,
 ):
     """gluon_sm90.sparse_mla_gluon_fp8_kernel's program with its gathers and dequantization in
     ``PW`` producer warps (this module's docstring). With F16 (``TileConfig.fp8_f16``) the
     latent operands are fp16 (q scaled by 2^-8, which the launcher divides out of
-    ``qk_scale``), the rope dot bf16. With REGS_AHEAD (the few-head consumers, F16, 4 producer
-    warps; ``TileConfig.raw_in_regs``) the producer is kernels/gluon_fp8_regs.py's."""
+    ``qk_scale``), the rope dot bf16."""
     NARROW: gl.constexpr = BLOCK_H < 64  # (kernels/gluon_narrow.py's consumers)
     # The raw halves of odd rows swapped, and the conversion's conflict-free layout (RAW_SWAP,
     # CVT_W4): with the few-head consumers 1.06-1.11x (run 110). Not timed on the 64-head
@@ -303,18 +306,7 @@ def sparse_mla_gluon_fp8_ws_kernel(
     REGS: gl.constexpr = (PRODUCER_REGS_NARROW if NARROW else
                           (PRODUCER_REGS_W8 if PW == 8 else PRODUCER_REGS_W4))
     # (Gluon takes no function inside a tuple built in the kernel: one call per consumer)
-    if NARROW and REGS_AHEAD:
-        acc0, acc1, acc2, acc3, b_m, b_l2 = gl.warp_specialize(
-            [(gluon_narrow.narrow_consumer, (q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_smem,
-                                             p_smem, ready, free, p_idx, n_start, n_end, n_steps, n_rows,
-                                             qk_scale, BLOCK_H, BLOCK_N, LAT, NS)),
-             (gluon_fp8_regs.fp8_regs_producer, (kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv,
-                                                 k_s0, k_s1, k_s2, k_s3, kp_smem, ready, free, BLOCK_N, NS))],
-            [PW], [REGS])
-        gluon_narrow.narrow_epilogue(acc0, acc1, acc2, acc3, b_m, b_l2, sink_ptr, out_ptr, lse_ptr, i_t,
-                                     i_s, h0, n_heads, stride_o_t, stride_o_h, stride_o_s, stride_lse_t,
-                                     stride_lse_h, HAS_SINK, PARTIAL, BLOCK_H, LAT)
-    elif NARROW:
+    if NARROW:
         acc0, acc1, acc2, acc3, b_m, b_l2 = gl.warp_specialize(
             [(gluon_narrow.narrow_consumer, (q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_smem,
                                              p_smem, ready, free, p_idx, n_start, n_end, n_steps, n_rows,

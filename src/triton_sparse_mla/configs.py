@@ -22,6 +22,8 @@ from dataclasses import dataclass
 import torch
 import triton
 
+from .hostmath import cdiv
+
 
 @dataclass(frozen=True)
 class TileConfig:
@@ -433,7 +435,7 @@ def plan_launch(family: str, sm_count: int, fp8_cvt: int, *, t_count: int, h_cou
             tile = dataclasses.replace(tile, block_h=block_h)
         except ValueError:
             tile = dataclasses.replace(tile.without_gluon(), block_h=block_h)
-    splits = choose_splits(t_count, triton.cdiv(h_count, block_h), topk, tile.block_n, sm_count,
+    splits = choose_splits(t_count, cdiv(h_count, block_h), topk, tile.block_n, sm_count,
                            programs_per_sm(family, tile))
     return LaunchPlan(tile=tile, splits=splits, fp8_cvt=fp8_cvt,
                       pin_conversion=pin_fp8_conversion(family, block_h))

@@ -27,9 +27,9 @@ Results equal, bit for bit, the bf16 kernel run on ``dequantize_fp8_ds_mla(kv).b
 from __future__ import annotations
 
 import torch
-import triton
 
 from .formats import D_NOPE, D_ROPE
+from .hostmath import cdiv
 from .kernels.dedup import mark_rows_kernel, remap_kernel, upconvert_kernel
 
 # Calls with fewer query tokens keep the in-kernel conversion, so decode is unchanged (H200,
@@ -63,7 +63,9 @@ SHAPE_MAX_BYTES = 256 << 20
 # rows bound the call's from below). Entries drawn at random from a window of W rows name
 # W (1 - exp(-4 x most / W)) of them, more than ``most`` once W passes 1.03 x most. Counting all
 # entries cost 80-320 us at T=4096 over 1M rows, where the in-kernel path is kept (H200,
-# 2026-12-02, run 122); at reuse 256 the first 65 of those 4096 tokens decide.
+# 2026-12-02, run 122); at reuse 256 the first 65 of those 4096 tokens decide, and the rule
+# then costs 117-253 us there, 125-313 us inside a 64K-row window (run 126: most of it the
+# host read, during which the device waits through the rest of the call's host work).
 HEAD_FACTOR = 4
 ROW_BYTES = (D_NOPE + D_ROPE) * 2  # one bf16 workspace row
 _BLOCK_K = 256
@@ -142,7 +144,7 @@ def build(kv: torch.Tensor, indices: torch.Tensor, topk_length, fp8_cvt: int, *,
     head = t_count
     if exact and not force:
         most = min(entries // reuse, MAX_BYTES // ROW_BYTES)  # distinct rows that pay
-        head = min(t_count, triton.cdiv(HEAD_FACTOR * most + 1, topk))
+        head = min(t_count, cdiv(HEAD_FACTOR * most + 1, topk))
     _mark(mark, indices, topk_length, 0, head, common)
     if head < t_count:
         if int(mark.sum()) > most:  # waits for the device
@@ -156,12 +158,12 @@ def build(kv: torch.Tensor, indices: torch.Tensor, topk_length, fp8_cvt: int, *,
         if not force and not _pays(entries, slots, MAX_BYTES, reuse):
             return None
     new_indices = torch.empty(t_count, topk, dtype=torch.int32, device=device)
-    remap_kernel[(t_count, triton.cdiv(topk, _BLOCK_K))](
+    remap_kernel[(t_count, cdiv(topk, _BLOCK_K))](
         idx_ptr=indices, len_ptr=topk_length, pos_ptr=pos, new_idx_ptr=new_indices,
         stride_new_t=new_indices.stride(0), **common)
     workspace = torch.empty(max(slots, 1), D_NOPE + D_ROPE, dtype=torch.bfloat16, device=device)
     if n_rows > 0:
-        upconvert_kernel[(triton.cdiv(n_rows, _BLOCK_R),)](
+        upconvert_kernel[(cdiv(n_rows, _BLOCK_R),)](
             kv_ptr=kv, pos_ptr=pos, ws_ptr=workspace, n_rows=n_rows, stride_kv=kv.stride(0),
             stride_ws=workspace.stride(0), FP8_CVT=fp8_cvt, D_PE=D_ROPE, BLOCK_R=_BLOCK_R)
     return workspace, new_indices
@@ -171,5 +173,5 @@ def _mark(mark, indices, topk_length, t_lo, t_hi, common):
     """Mark the rows that valid entries of tokens ``t_lo .. t_hi - 1`` name."""
     if t_hi > t_lo:
         lens = None if topk_length is None else topk_length[t_lo:t_hi]
-        mark_rows_kernel[(t_hi - t_lo, triton.cdiv(common["topk"], _BLOCK_K))](
+        mark_rows_kernel[(t_hi - t_lo, cdiv(common["topk"], _BLOCK_K))](
             idx_ptr=indices[t_lo:t_hi], len_ptr=lens, mark_ptr=mark, **common)

@@ -50,6 +50,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..hostmath import cdiv
 from .combine import launch_combine
 from .common import (FP8_ROPE_BYTE, FP8_SCALE_BYTE, LATENT_TILE, LN2, bf16_words_to_bf16,
                      block_barrier, dequant_words, load_latent_tile, load_rope_tile, load_words,
@@ -431,8 +432,8 @@ def split_layout(topk: int, splits: int, block_n: int) -> tuple[int, int]:
     """``(split_size, splits)`` as launched for a planned split count: each split a whole
     number of ``block_n``-row tiles, so the count launched can be below the plan's (2048 rows
     in 17 planned splits of 32-row tiles: 16 splits of 128)."""
-    split_size = triton.cdiv(triton.cdiv(topk, splits), block_n) * block_n
-    return split_size, max(1, triton.cdiv(topk, split_size))
+    split_size = cdiv(cdiv(topk, splits), block_n) * block_n
+    return split_size, max(1, cdiv(topk, split_size))
 
 
 def launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, out, lse,
@@ -452,7 +453,7 @@ def launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_
     interpret = os.environ.get("TRITON_INTERPRET") == "1"
     d_pe = 0 if q_pe is None else q_pe.shape[2]
     split_size, splits = split_layout(topk, splits, block_n)
-    grid = (t_count * triton.cdiv(h_count, block_h), splits)
+    grid = (t_count * cdiv(h_count, block_h), splits)
     gluon = gluon_kernels(tile, q_nope, kv, d_pe, fp8, interpret)
     if gluon is not None:
         kernel, args = gluon.kernel_args(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale,

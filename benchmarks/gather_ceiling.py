@@ -136,6 +136,80 @@ def tma_kernel(desc_a, desc_b, idx_ptr, out_ptr, K: gl.constexpr, NS: gl.constex
     gl.store(out_ptr + i_t, gl.sum(gl.sum(b_last, axis=1), axis=0))
 
 
+@gluon.jit
+def _rows(tile, slot, r: gl.constexpr):
+    """Row ``r`` of ring slot ``slot`` of a swizzled tile ring, as a [1, 64] view without the
+    swizzle (Gluon does not slice along a swizzle pattern): the TMA unit swizzles by address."""
+    NS: gl.constexpr = tile.shape[0]
+    BLOCK_N: gl.constexpr = tile.shape[1]
+    PLAIN: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=16, rank=2)
+    return tile._reinterpret(gl.bfloat16, [NS, BLOCK_N, 64], PLAIN).index(slot).slice(r, 1)
+
+
+@gluon.jit
+def tma9_kernel(desc, idx_ptr, out_ptr, K: gl.constexpr, NS: gl.constexpr, BLOCK_N: gl.constexpr):
+    """Program per token: bf16 rows (576 values) by nine TMA copies per row, each a [1, 64]
+    box into row r of one of nine 128-byte-swizzled [BLOCK_N, 64] operand tiles (the layout
+    the wgmma reads), NS tiles in flight. The last tile is written to ``out_ptr`` ([T,
+    BLOCK_N, 576] bf16) through the tiles' own layout, so the caller sees whether a copy of
+    one row lands where the swizzle puts that row."""
+    SW: gl.constexpr = desc.layout
+    t0 = gl.allocate_shared_memory(gl.bfloat16, [NS, BLOCK_N, 64], SW)
+    t1 = gl.allocate_shared_memory(gl.bfloat16, [NS, BLOCK_N, 64], SW)
+    t2 = gl.allocate_shared_memory(gl.bfloat16, [NS, BLOCK_N, 64], SW)
+    t3 = gl.allocate_shared_memory(gl.bfloat16, [NS, BLOCK_N, 64], SW)
+    t4 = gl.allocate_shared_memory(gl.bfloat16, [NS, BLOCK_N, 64], SW)
+    t5 = gl.allocate_shared_memory(gl.bfloat16, [NS, BLOCK_N, 64], SW)
+    t6 = gl.allocate_shared_memory(gl.bfloat16, [NS, BLOCK_N, 64], SW)
+    t7 = gl.allocate_shared_memory(gl.bfloat16, [NS, BLOCK_N, 64], SW)
+    t8 = gl.allocate_shared_memory(gl.bfloat16, [NS, BLOCK_N, 64], SW)
+    bars = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
+    for s in gl.static_range(NS):
+        mbarrier.init(bars.index(s), count=1)
+    _barrier()
+    IDL: gl.constexpr = gl.BlockedLayout([BLOCK_N], [32], [gl.num_warps()], [0])
+    o_r = gl.arange(0, BLOCK_N, layout=IDL)
+    i_t = gl.program_id(0)
+    n_steps: gl.constexpr = K // BLOCK_N
+    ids = gl.load(idx_ptr + i_t * K + o_r)
+    for j in range(n_steps + NS - 1):
+        if j < n_steps:
+            slot = j % NS
+            mbarrier.expect(bars.index(slot), BLOCK_N * 1152)
+            for r in gl.static_range(BLOCK_N):
+                row = gl.sum(gl.where(o_r == r, ids, 0), axis=0)
+                bar = bars.index(slot)
+                tma.async_copy_global_to_shared(desc, [row, 0], bar, _rows(t0, slot, r))
+                tma.async_copy_global_to_shared(desc, [row, 64], bar, _rows(t1, slot, r))
+                tma.async_copy_global_to_shared(desc, [row, 128], bar, _rows(t2, slot, r))
+                tma.async_copy_global_to_shared(desc, [row, 192], bar, _rows(t3, slot, r))
+                tma.async_copy_global_to_shared(desc, [row, 256], bar, _rows(t4, slot, r))
+                tma.async_copy_global_to_shared(desc, [row, 320], bar, _rows(t5, slot, r))
+                tma.async_copy_global_to_shared(desc, [row, 384], bar, _rows(t6, slot, r))
+                tma.async_copy_global_to_shared(desc, [row, 448], bar, _rows(t7, slot, r))
+                tma.async_copy_global_to_shared(desc, [row, 512], bar, _rows(t8, slot, r))
+            if j + 1 < n_steps:
+                ids = gl.load(idx_ptr + i_t * K + (j + 1) * BLOCK_N + o_r)
+        if j >= NS - 1:
+            i = j - NS + 1
+            mbarrier.wait(bars.index(i % NS), (i // NS) & 1)
+            _barrier()
+    OUT_L: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [gl.num_warps(), 1], [1, 0])
+    o_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, OUT_L))
+    o_c = gl.arange(0, 64, layout=gl.SliceLayout(0, OUT_L))
+    p_o = out_ptr + i_t * BLOCK_N * 576 + o_n[:, None] * 576 + o_c[None, :]
+    last = (n_steps - 1) % NS
+    gl.store(p_o, t0.index(last).load(OUT_L))
+    gl.store(p_o + 64, t1.index(last).load(OUT_L))
+    gl.store(p_o + 128, t2.index(last).load(OUT_L))
+    gl.store(p_o + 192, t3.index(last).load(OUT_L))
+    gl.store(p_o + 256, t4.index(last).load(OUT_L))
+    gl.store(p_o + 320, t5.index(last).load(OUT_L))
+    gl.store(p_o + 384, t6.index(last).load(OUT_L))
+    gl.store(p_o + 448, t7.index(last).load(OUT_L))
+    gl.store(p_o + 512, t8.index(last).load(OUT_L))
+
+
 def _desc(kv8, stride_words, words, box):
     """A TMA descriptor over the rows of ``kv8`` (int64 view [rows, stride_words]), ``words``
     8-byte words a row, box [1, box]."""
@@ -195,6 +269,15 @@ def main(path):
                        lambda: tma_kernel[(T,)](da, db if db is not None else da, idx, out64, K=K, NS=ns,
                                                 BLOCK_N=BLOCK_N, TWO=db is not None, num_warps=4),
                        lambda: (out64, kv8[last, :min(words, da.block_shape[1])].sum(dim=(1, 2))))
+        if row == 1152:
+            rows16 = store.view(torch.bfloat16)
+            sw = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
+            d9 = TensorDescriptor(rows16, [N_ROWS, 576], [576, 1], [1, 64], sw)
+            o9 = torch.zeros(T, BLOCK_N, 576, device="cuda", dtype=torch.bfloat16)
+            for ns in (1, 2):
+                record("tma", row, stride, f"tma9 swizzled ns{ns}",
+                       lambda: tma9_kernel[(T,)](d9, idx, o9, K=K, NS=ns, BLOCK_N=BLOCK_N, num_warps=4),
+                       lambda: (o9.view(torch.int16), rows16[last].view(torch.int16)))
         del store, kv, kv8
         torch.cuda.empty_cache()
 

@@ -218,9 +218,9 @@ NARROW_CASES = [
 @pytest.mark.gpu
 @_SM90_ONLY
 @pytest.mark.parametrize("block_h,f16,staged", [(16, True, False), (16, False, False), (32, True, False),
-                                                (16, True, True), (16, False, True)],
+                                                (16, True, True), (16, False, True), (32, True, True)],
                          ids=["16 heads", "16 heads bf16 operands", "32 heads", "16 heads staged",
-                              "16 heads staged bf16 operands"])
+                              "16 heads staged bf16 operands", "32 heads staged"])
 @pytest.mark.parametrize("p", NARROW_CASES)
 def test_gluon_narrow(p, block_h, f16, staged, device):
     """The few-head Gluon tile over fp8_ds_mla rows (kernels/gluon_narrow.py: rows along the
@@ -290,9 +290,9 @@ def test_gluon_runs_where_it_applies(device, monkeypatch):
         configs.TileConfig(64, 64, 8, 2, gluon=True, wide_producer=True)
     with pytest.raises(ValueError, match="pingpong.*producer_warp"):
         configs.TileConfig(64, 64, 8, 2, gluon=True, pingpong=True)
-    with pytest.raises(ValueError, match="staged.*16-head.*got 32 x 64 with 4 warps"):
-        configs.TileConfig(32, 64, 4, 2, gluon=True, producer_warp=True, staged=True)
-    with pytest.raises(ValueError, match="staged.*16-head.*got 64 x 64 with 8 warps"):
+    with pytest.raises(ValueError, match="staged.*few-head.*got 16 x 32 with 4 warps"):
+        configs.TileConfig(16, 32, 4, 2, gluon=True, producer_warp=True, staged=True)
+    with pytest.raises(ValueError, match="staged.*few-head.*got 64 x 64 with 8 warps"):
         configs.TileConfig(64, 64, 8, 2, gluon=True, producer_warp=True, staged=True)
     with pytest.raises(ValueError, match="pingpong.*qk_ahead"):
         configs.TileConfig(64, 64, 8, 2, gluon=True, producer_warp=True, pingpong=True,

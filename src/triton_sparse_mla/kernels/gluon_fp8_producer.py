@@ -278,9 +278,13 @@ STAGE_SWAP = gl.constexpr(gl.SharedLinearLayout(offset_bases=[
 # The rope's move from the staging ring into the slot's swizzled rope tile: a quarter-warp
 # reads one row's 128 contiguous bytes and writes them as one swizzled row.
 ROPE_CVT = gl.constexpr(gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0]))
-# Pairs of passes in the staging ring: 3 x 20.5 KB beside the 16-head tile's q, two operand
-# slots and P^T (230,948 bytes of 232,448 with Triton 3.6); the 32-head tile's q leaves no room.
-STAGE_PAIRS = gl.constexpr(3)
+
+
+def stage_pairs(block_h: int) -> int:
+    """Pairs of passes in the staging ring beside a few-head tile of ``block_h`` heads: what
+    fits beside its q, two operand slots and P^T, 20.5 KB a pair (compiled for sm90 by Triton
+    3.6: 231,252 bytes of 232,448 at 16 heads with 3 pairs, 231,012 at 32 with 2)."""
+    return 3 if block_h <= 16 else 2
 
 
 @gluon.jit

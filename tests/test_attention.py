@@ -290,8 +290,8 @@ def test_gluon_runs_where_it_applies(device, monkeypatch):
         configs.TileConfig(64, 64, 8, 2, gluon=True, wide_producer=True)
     with pytest.raises(ValueError, match="pingpong.*producer_warp"):
         configs.TileConfig(64, 64, 8, 2, gluon=True, pingpong=True)
-    with pytest.raises(ValueError, match="staged.*few-head.*got 16 x 32 with 4 warps"):
-        configs.TileConfig(16, 32, 4, 2, gluon=True, producer_warp=True, staged=True)
+    with pytest.raises(ValueError, match="staged.*few-head.*4 producer warps.*got 16 x 64 with 4 warps"):
+        configs.TileConfig(16, 64, 4, 2, gluon=True, producer_warp=True, wide_producer=True, staged=True)
     with pytest.raises(ValueError, match="staged.*few-head.*got 64 x 64 with 8 warps"):
         configs.TileConfig(64, 64, 8, 2, gluon=True, producer_warp=True, staged=True)
     with pytest.raises(ValueError, match="pingpong.*qk_ahead"):

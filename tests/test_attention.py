@@ -217,19 +217,15 @@ NARROW_CASES = [
 
 @pytest.mark.gpu
 @_SM90_ONLY
-@pytest.mark.parametrize("block_h,f16,staged", [(16, True, False), (16, False, False), (32, True, False),
-                                                (16, True, True), (16, False, True), (32, True, True)],
-                         ids=["16 heads", "16 heads bf16 operands", "32 heads", "16 heads staged",
-                              "16 heads staged bf16 operands", "32 heads staged"])
+@pytest.mark.parametrize("block_h,f16", [(16, True), (16, False), (32, True)],
+                         ids=["16 heads", "16 heads bf16 operands", "32 heads"])
 @pytest.mark.parametrize("p", NARROW_CASES)
-def test_gluon_narrow(p, block_h, f16, staged, device):
+def test_gluon_narrow(p, block_h, f16, device):
     """The few-head Gluon tile over fp8_ds_mla rows (kernels/gluon_narrow.py: rows along the
     wgmma's M, heads along N, the rows gathered and dequantized by the producer warps of
-    kernels/gluon_fp8_producer.py, in place or through the staging ring of ``staged``, whose
-    barriers wrap several times over the longer cases) matches the reference, split and not,
-    into fp16 operands (also for a q past fp16's range) and bf16 ones."""
-    tile = configs.TileConfig(block_h, 64, 4, 2, gluon=True, producer_warp=True, fp8_f16=f16,
-                              staged=staged)
+    kernels/gluon_fp8_producer.py) matches the reference, split and not, into fp16 operands
+    (also for a q past fp16's range) and bf16 ones."""
+    tile = configs.TileConfig(block_h, 64, 4, 2, gluon=True, producer_warp=True, fp8_f16=f16)
     if f16:
         _check_gluon(p, tile, device, q_gain=1e5)
     _check_gluon(p, tile, device)
@@ -290,10 +286,6 @@ def test_gluon_runs_where_it_applies(device, monkeypatch):
         configs.TileConfig(64, 64, 8, 2, gluon=True, wide_producer=True)
     with pytest.raises(ValueError, match="pingpong.*producer_warp"):
         configs.TileConfig(64, 64, 8, 2, gluon=True, pingpong=True)
-    with pytest.raises(ValueError, match="staged.*few-head.*4 producer warps.*got 16 x 64 with 4 warps"):
-        configs.TileConfig(16, 64, 4, 2, gluon=True, producer_warp=True, wide_producer=True, staged=True)
-    with pytest.raises(ValueError, match="staged.*few-head.*got 64 x 64 with 8 warps"):
-        configs.TileConfig(64, 64, 8, 2, gluon=True, producer_warp=True, staged=True)
     with pytest.raises(ValueError, match="pingpong.*qk_ahead"):
         configs.TileConfig(64, 64, 8, 2, gluon=True, producer_warp=True, pingpong=True,
                            qk_ahead=True)

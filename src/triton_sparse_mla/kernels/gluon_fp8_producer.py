@@ -103,47 +103,41 @@ def _raw_half(k_s, slot, SWAP: gl.constexpr = False):
 
 
 @gluon.jit
-def _copy_rows(lat0, lat1, lat2, lat3, sc_dst, pe_dst, kv_ptr, ids, n_rows, stride_kv, RAWP: gl.constexpr,
-               ROPEP: gl.constexpr, SC4: gl.constexpr):
-    """The asynchronous copies of fp8_ds_mla rows ``ids`` ([ROWS] in RAWP's row slice): each
-    row's four 128-byte parts of e4m3 bytes into ``lat0``-``lat3`` ([ROWS, LAT] uint8 views),
-    its 4 fp32 scales into ``sc_dst`` ([ROWS, 4]), its bf16 rope into ``pe_dst`` ([ROWS,
-    D_PE]); one 16-byte copy per thread and destination. Invalid ids (-1 past the end) are
-    zero-filled."""
-    LAT: gl.constexpr = lat0.shape[1]
-    D_PE: gl.constexpr = pe_dst.shape[1]
+def _copy_pass(k_s0, k_s1, k_s2, k_s3, kp_smem, sc_smem, kv_ptr, ids, n_rows, stride_kv, slot,
+               row0: gl.constexpr, RAWP: gl.constexpr, ROPEP: gl.constexpr, SC4: gl.constexpr,
+               SWAP: gl.constexpr = False):
+    """The asynchronous copies of one pass of fp8_ds_mla rows ``ids`` ([ROWS] in RAWP's row
+    slice) into rows ``row0 : row0 + ROWS`` of ring slot ``slot``: each latent tile's e4m3
+    bytes into its second half, each row's 4 fp32 scales into ``sc_smem`` ([NS, BLOCK_N, 4]),
+    the bf16 rope into the rope tile; one 16-byte copy per thread and tile. Invalid ids (-1
+    past the end) are zero-filled."""
+    ROWS: gl.constexpr = ids.shape[0]
+    LAT: gl.constexpr = k_s0.shape[2]
+    D_PE: gl.constexpr = kp_smem.shape[2]
     m_r = ((ids >= 0) & (ids < n_rows))[:, None]
     p_row = kv_ptr + ids.to(gl.int64) * stride_kv
     ptrs = p_row[:, None] + gl.arange(0, LAT, layout=gl.SliceLayout(0, RAWP))[None, :]
-    async_copy.async_copy_global_to_shared(lat0, ptrs, mask=m_r)
-    async_copy.async_copy_global_to_shared(lat1, ptrs + LAT, mask=m_r)
-    async_copy.async_copy_global_to_shared(lat2, ptrs + 2 * LAT, mask=m_r)
-    async_copy.async_copy_global_to_shared(lat3, ptrs + 3 * LAT, mask=m_r)
+    async_copy.async_copy_global_to_shared(_raw_half(k_s0, slot, SWAP).slice(row0, ROWS), ptrs,
+                                           mask=m_r)
+    async_copy.async_copy_global_to_shared(_raw_half(k_s1, slot, SWAP).slice(row0, ROWS), ptrs + LAT,
+                                           mask=m_r)
+    async_copy.async_copy_global_to_shared(_raw_half(k_s2, slot, SWAP).slice(row0, ROWS), ptrs + 2 * LAT,
+                                           mask=m_r)
+    async_copy.async_copy_global_to_shared(_raw_half(k_s3, slot, SWAP).slice(row0, ROWS), ptrs + 3 * LAT,
+                                           mask=m_r)
     ids_s = gl.convert_layout(ids, gl.SliceLayout(1, SC4), assert_trivial=True)
     p_sc = (kv_ptr + ids_s.to(gl.int64) * stride_kv + 4 * LAT).to(gl.pointer_type(gl.float32))
     o_s = gl.arange(0, 4, layout=gl.SliceLayout(0, SC4))
-    async_copy.async_copy_global_to_shared(sc_dst, p_sc[:, None] + o_s[None, :],
+    async_copy.async_copy_global_to_shared(sc_smem.index(slot).slice(row0, ROWS),
+                                           p_sc[:, None] + o_s[None, :],
                                            mask=((ids_s >= 0) & (ids_s < n_rows))[:, None])
     ids_p = gl.convert_layout(ids, gl.SliceLayout(1, ROPEP), assert_trivial=True)
     # formats.FP8_ROPE_BYTE: the rope after 512 e4m3 bytes and 16 bytes of scales
     p_pe = (kv_ptr + ids_p.to(gl.int64) * stride_kv + 4 * LAT + 16).to(gl.pointer_type(gl.bfloat16))
     o_p = gl.arange(0, D_PE, layout=gl.SliceLayout(0, ROPEP))
-    async_copy.async_copy_global_to_shared(pe_dst, p_pe[:, None] + o_p[None, :],
+    async_copy.async_copy_global_to_shared(kp_smem.index(slot).slice(row0, ROWS),
+                                           p_pe[:, None] + o_p[None, :],
                                            mask=((ids_p >= 0) & (ids_p < n_rows))[:, None])
-
-
-@gluon.jit
-def _copy_pass(k_s0, k_s1, k_s2, k_s3, kp_smem, sc_smem, kv_ptr, ids, n_rows, stride_kv, slot,
-               row0: gl.constexpr, RAWP: gl.constexpr, ROPEP: gl.constexpr, SC4: gl.constexpr,
-               SWAP: gl.constexpr = False):
-    """:func:`_copy_rows` of one pass of rows into rows ``row0 : row0 + ROWS`` of ring slot
-    ``slot``: each latent tile's e4m3 bytes into its second half, the scales into ``sc_smem``
-    ([NS, BLOCK_N, 4]), the rope into the rope tile."""
-    ROWS: gl.constexpr = ids.shape[0]
-    _copy_rows(_raw_half(k_s0, slot, SWAP).slice(row0, ROWS), _raw_half(k_s1, slot, SWAP).slice(row0, ROWS),
-               _raw_half(k_s2, slot, SWAP).slice(row0, ROWS), _raw_half(k_s3, slot, SWAP).slice(row0, ROWS),
-               sc_smem.index(slot).slice(row0, ROWS), kp_smem.index(slot).slice(row0, ROWS), kv_ptr, ids,
-               n_rows, stride_kv, RAWP, ROPEP, SC4)
 
 
 @gluon.jit
@@ -162,33 +156,21 @@ def _scaled(b_raw, b_sc4, c: gl.constexpr, F16: gl.constexpr):
 
 
 @gluon.jit
-def _dequant_rows(r0, r1, r2, r3, sc, d0, d1, d2, d3, RAWP: gl.constexpr, SC4: gl.constexpr, F16: gl.constexpr):
-    """The e4m3 bytes of views ``r0``-``r3`` ([ROWS, LAT] uint8) times their rows' scales
-    (``sc``, [ROWS, 4] fp32) into the 16-bit views ``d0``-``d3``. All four parts are loaded
-    before any value is stored (a destination may overlay its source, as in place)."""
-    b_r0 = r0.load(RAWP)  # [ROWS, LAT] uint8
-    b_r1 = r1.load(RAWP)
-    b_r2 = r2.load(RAWP)
-    b_r3 = r3.load(RAWP)
-    b_sc4 = sc.load(SC4)  # [ROWS, 4] fp32
-    d0.store(_scaled(b_r0, b_sc4, 0, F16))
-    d1.store(_scaled(b_r1, b_sc4, 1, F16))
-    d2.store(_scaled(b_r2, b_sc4, 2, F16))
-    d3.store(_scaled(b_r3, b_sc4, 3, F16))
-
-
-@gluon.jit
 def _dequant_pass(k_s0, k_s1, k_s2, k_s3, sc_smem, slot, row0: gl.constexpr, RAWP: gl.constexpr,
                   SC4: gl.constexpr, ROWS: gl.constexpr, F16: gl.constexpr, SWAP: gl.constexpr = False):
     """Rows ``row0 : row0 + ROWS`` of ring slot ``slot``: the four latent tiles' raw bytes
     (their second halves) times the rows' scales into their 16-bit values, in place. Every
     row's bytes of a tile are loaded (one instruction of its warp) before any of its values is
     stored over them; the four tiles' loads come first."""
-    _dequant_rows(_raw_half(k_s0, slot, SWAP).slice(row0, ROWS), _raw_half(k_s1, slot, SWAP).slice(row0, ROWS),
-                  _raw_half(k_s2, slot, SWAP).slice(row0, ROWS), _raw_half(k_s3, slot, SWAP).slice(row0, ROWS),
-                  sc_smem.index(slot).slice(row0, ROWS), k_s0.index(slot).slice(row0, ROWS),
-                  k_s1.index(slot).slice(row0, ROWS), k_s2.index(slot).slice(row0, ROWS),
-                  k_s3.index(slot).slice(row0, ROWS), RAWP, SC4, F16)
+    b_r0 = _raw_half(k_s0, slot, SWAP).slice(row0, ROWS).load(RAWP)  # [ROWS, LAT] uint8
+    b_r1 = _raw_half(k_s1, slot, SWAP).slice(row0, ROWS).load(RAWP)
+    b_r2 = _raw_half(k_s2, slot, SWAP).slice(row0, ROWS).load(RAWP)
+    b_r3 = _raw_half(k_s3, slot, SWAP).slice(row0, ROWS).load(RAWP)
+    b_sc4 = sc_smem.index(slot).slice(row0, ROWS).load(SC4)  # [ROWS, 4] fp32
+    k_s0.index(slot).slice(row0, ROWS).store(_scaled(b_r0, b_sc4, 0, F16))
+    k_s1.index(slot).slice(row0, ROWS).store(_scaled(b_r1, b_sc4, 1, F16))
+    k_s2.index(slot).slice(row0, ROWS).store(_scaled(b_r2, b_sc4, 2, F16))
+    k_s3.index(slot).slice(row0, ROWS).store(_scaled(b_r3, b_sc4, 3, F16))
 
 
 @gluon.jit
@@ -253,7 +235,14 @@ def _fp8_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s
     32-bit words and converted into the slot once it is free, no raw bytes in shared memory,
     0.84-0.90x and 0.97x over an L2-resident cache, run 124, commit ecc2f65: with one set of
     registers the next tile's loads wait for this tile's conversion, as the copies wait for
-    the slot; with L2-only loads 0.61x.)"""
+    the slot; with L2-only loads 0.61x. The few-head kernel's copies into a staging ring of
+    16-row passes 1.5 tiles ahead, dequantized from there into the slots, commit eba9fd1:
+    correct, 0.90-0.92x in decode, 0.86-0.91x in prefill, run 132; Nsight Compute, run 133:
+    14% more instructions, for the rope moved through registers, a row-id load per pass and
+    the ring's addresses, at the same cycles per instruction, the conversion now waiting on
+    its shared-memory loads. The copies' lead buys nothing while the producer's own work sets
+    the step, although the bare gather with two tiles in flight reaches 87% of copy, run
+    131.)"""
     # 16 bytes per thread and copy, a row in 8 threads of one warp (RAWP: 128 e4m3 bytes of a
     # latent tile, ROPEP: the rope's 64 bf16, SC4: the row's 4 scales, replicated), 4 rows per
     # warp and pass
@@ -269,123 +258,6 @@ def _fp8_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s
         _convert_tile(k_s0, k_s1, k_s2, k_s3, sc_smem, landed, ready, i, NS, PW, F16, SWAP)
 
 
-# The staging ring of ``TileConfig.staged`` (few-head tiles): pairs of 16-row passes, each
-# pair's four latent parts [32, LAT] uint8 laid out as RAW_SWAP lays out a raw half (the two
-# 64-byte halves of odd rows swapped), so that CVT_W4's loads and stores stay conflict-free.
-STAGE_SWAP = gl.constexpr(gl.SharedLinearLayout(offset_bases=[
-    [0, 1], [0, 2], [0, 4], [0, 8], [0, 16], [0, 32], [0, 64], [1, 64],
-    [2, 0], [4, 0], [8, 0], [16, 0]]))
-# The rope's move from the staging ring into the slot's swizzled rope tile: a quarter-warp
-# reads one row's 128 contiguous bytes and writes them as one swizzled row.
-ROPE_CVT = gl.constexpr(gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0]))
-
-
-def stage_pairs(block_h: int) -> int:
-    """Pairs of passes in the staging ring beside a few-head tile of ``block_h`` heads: what
-    fits beside its q, two operand slots and P^T, 20.5 KB a pair (compiled for sm90 by Triton
-    3.6: 231,252 bytes of 232,448 at 16 heads with 3 pairs, 231,012 at 32 with 2)."""
-    return 3 if block_h <= 16 else 2
-
-
-@gluon.jit
-def _stage_ring(LAT: gl.constexpr, D_PE: gl.constexpr, PAIRS: gl.constexpr):
-    """The staging ring: ``PAIRS`` pairs of 16-row passes of raw rows, latent bytes
-    [4 * PAIRS, 32, LAT] uint8 (pair p's part c at ``4 * p + c``), scales [PAIRS, 32, 4]
-    fp32, rope [PAIRS, 32, D_PE] bf16."""
-    st_lat = gl.allocate_shared_memory(gl.uint8, [4 * PAIRS, 32, LAT], FLAT)
-    st_sc = gl.allocate_shared_memory(gl.float32, [PAIRS, 32, 4], FLAT)
-    st_pe = gl.allocate_shared_memory(gl.bfloat16, [PAIRS, 32, D_PE], FLAT)
-    return st_lat, st_sc, st_pe
-
-
-@gluon.jit
-def _stage_part(st_lat, pair, c: gl.constexpr):
-    """Latent part ``c`` of staging pair ``pair``: [32, LAT] uint8 through STAGE_SWAP."""
-    LAT: gl.constexpr = st_lat.shape[2]
-    return st_lat.index(4 * pair + c)._reinterpret(gl.uint8, [32, LAT], STAGE_SWAP)
-
-
-@gluon.jit
-def _stage_pass(st_lat, st_sc, st_pe, kv_ptr, ids, n_rows, stride_kv, landed, g, HALF: gl.constexpr,
-                RAWP: gl.constexpr, ROPEP: gl.constexpr, SC4: gl.constexpr):
-    """Pass ``g``'s copies (rows ``ids``, [16]) into its place in the staging ring: pair
-    ``(g // 2) % PAIRS``, rows ``16 * HALF`` on (``HALF`` = g % 2, static), then this thread's
-    arrival on the pass's ``landed`` barrier when they have landed."""
-    PAIRS: gl.constexpr = st_sc.shape[0]
-    pair = (g // 2) % PAIRS
-    r0: gl.constexpr = 16 * HALF
-    _copy_rows(_stage_part(st_lat, pair, 0).slice(r0, 16), _stage_part(st_lat, pair, 1).slice(r0, 16),
-               _stage_part(st_lat, pair, 2).slice(r0, 16), _stage_part(st_lat, pair, 3).slice(r0, 16),
-               st_sc.index(pair).slice(r0, 16), st_pe.index(pair).slice(r0, 16), kv_ptr, ids, n_rows, stride_kv,
-               RAWP, ROPEP, SC4)
-    async_copy.mbarrier_arrive(landed.index(g % (2 * PAIRS)), increment_count=False)
-
-
-@gluon.jit
-def _stage_ids(p_idx, n_start, n_end, g, LAYOUT: gl.constexpr):
-    """The row ids of pass ``g`` ([16] in LAYOUT's row slice), -1 past ``n_end``."""
-    o_n = n_start + g * 16 + gl.arange(0, 16, layout=gl.SliceLayout(1, LAYOUT))
-    return gl.load(p_idx + o_n, mask=o_n < n_end, other=-1)
-
-
-@gluon.jit
-def _fp8_producer_staged(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2, k_s3,
-                         kp_smem, st_lat, st_sc, st_pe, landed, ready, free, BLOCK_N: gl.constexpr,
-                         NS: gl.constexpr, F16: gl.constexpr):
-    """The few-head kernel's 4 producer warps with a staging ring (``TileConfig.staged``):
-    the copies go to a ring of ``2 * PAIRS`` passes of 16 rows apart from the operand slots,
-    ``2 * PAIRS`` passes (1.5 tiles at 3 pairs) ahead of the conversion, instead of into the
-    operand slot once the consumers free it. Per pair of passes: wait until both landed
-    (before the tile's first pair, also until the consumers freed the slot), dequantize them
-    from the ring into the slot (CVT_W4 over STAGE_SWAP) and move their rope, then refill the
-    pair's place with the passes ``2 * PAIRS`` on; after the tile's last pair, the slot's
-    ``ready`` barrier. In place, the copies of a tile could start only once its slot was free
-    and kept one tile in flight at most; a gather of these rows with two tiles in flight
-    reaches 87% of the copy bandwidth (H200, run 131, benchmarks/gather_ceiling.py)."""
-    RAWP: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [4, 1], [1, 0])
-    ROPEP: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
-    SC4: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [4, 1], [1, 0])
-    PAIRS: gl.constexpr = st_sc.shape[0]
-    AHEAD: gl.constexpr = 2 * PAIRS  # passes in the ring
-    TILE_PAIRS: gl.constexpr = BLOCK_N // 32
-    total = n_steps * (2 * TILE_PAIRS)  # passes of this program
-    for g in gl.static_range(AHEAD):
-        if g < total:
-            _stage_pass(st_lat, st_sc, st_pe, kv_ptr, _stage_ids(p_idx, n_start, n_end, g, RAWP), n_rows,
-                        stride_kv, landed, g, g % 2, RAWP, ROPEP, SC4)
-    # the ids of the next refill (passes AHEAD and AHEAD + 1), a pair ahead
-    ids_a = _stage_ids(p_idx, n_start, n_end, AHEAD, RAWP)
-    ids_b = _stage_ids(p_idx, n_start, n_end, AHEAD + 1, RAWP)
-    for i in range(n_steps):
-        slot = i % NS
-        mbarrier.wait(free.index(slot), ((i // NS) & 1) ^ 1)
-        for q in gl.static_range(TILE_PAIRS):
-            gp = i * (2 * TILE_PAIRS) + 2 * q  # (even: the pair's first pass)
-            pair = (gp // 2) % PAIRS
-            phase = (gp // AHEAD) & 1
-            mbarrier.wait(landed.index(2 * pair), phase)
-            mbarrier.wait(landed.index(2 * pair + 1), phase)
-            _dequant_rows(_stage_part(st_lat, pair, 0), _stage_part(st_lat, pair, 1),
-                          _stage_part(st_lat, pair, 2), _stage_part(st_lat, pair, 3), st_sc.index(pair),
-                          k_s0.index(slot).slice(32 * q, 32), k_s1.index(slot).slice(32 * q, 32),
-                          k_s2.index(slot).slice(32 * q, 32), k_s3.index(slot).slice(32 * q, 32), CVT_W4,
-                          SC_W4, F16)
-            kp_smem.index(slot).slice(32 * q, 32).store(st_pe.index(pair).load(ROPE_CVT))
-            # every producer thread's reads of the pair are done before its refill lands
-            _barrier()
-            if gp + AHEAD < total:
-                _stage_pass(st_lat, st_sc, st_pe, kv_ptr, ids_a, n_rows, stride_kv, landed, gp + AHEAD, 0, RAWP,
-                            ROPEP, SC4)
-            if gp + AHEAD + 1 < total:
-                _stage_pass(st_lat, st_sc, st_pe, kv_ptr, ids_b, n_rows, stride_kv, landed, gp + AHEAD + 1, 1,
-                            RAWP, ROPEP, SC4)
-            ids_a = _stage_ids(p_idx, n_start, n_end, gp + AHEAD + 2, RAWP)
-            ids_b = _stage_ids(p_idx, n_start, n_end, gp + AHEAD + 3, RAWP)
-        # this thread's stores (generic proxy) before the wgmma's reads
-        fence_async_shared()
-        mbarrier.arrive(ready.index(slot), count=1)
-
-
 @gluon.jit(do_not_specialize=_NOT_SPECIALIZED)
 def sparse_mla_gluon_fp8_ws_kernel(
     q_nope_ptr, q_pe_ptr, kv_ptr, idx_ptr, len_ptr, sink_ptr, out_ptr, lse_ptr,
@@ -394,14 +266,12 @@ def sparse_mla_gluon_fp8_ws_kernel(
     stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
     HAS_LEN: gl.constexpr, HAS_SINK: gl.constexpr, PARTIAL: gl.constexpr,
     BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
-    NS: gl.constexpr, PW: gl.constexpr, F16: gl.constexpr, STAGE: gl.constexpr = 0,
+    NS: gl.constexpr, PW: gl.constexpr, F16: gl.constexpr,
 ):
     """gluon_sm90.sparse_mla_gluon_fp8_kernel's program with its gathers and dequantization in
     ``PW`` producer warps (this module's docstring). With F16 (``TileConfig.fp8_f16``) the
     latent operands are fp16 (q scaled by 2^-8, which the launcher divides out of
-    ``qk_scale``), the rope dot bf16. With STAGE pairs (few-head consumers, 4 producer warps;
-    ``TileConfig.staged``) the copies go through a staging ring of that many pairs of passes
-    (:func:`_fp8_producer_staged`) instead of into the operand slots."""
+    ``qk_scale``), the rope dot bf16."""
     NARROW: gl.constexpr = BLOCK_H < 64  # (kernels/gluon_narrow.py's consumers)
     # The raw halves of odd rows swapped, and the conversion's conflict-free layout (RAW_SWAP,
     # CVT_W4): with the few-head consumers 1.06-1.11x (run 110). Not timed on the 64-head
@@ -422,17 +292,12 @@ def sparse_mla_gluon_fp8_ws_kernel(
         p_smem = gluon_narrow.narrow_p_tile(op_t, BLOCK_N, BLOCK_H)
     else:
         p_smem = gl.allocate_shared_memory(op_t, [BLOCK_H, BLOCK_N], SMEM)
-    gl.static_assert(STAGE == 0 or (NARROW and PW == 4), "a staging ring only beside the few-head consumers")
-    if STAGE > 0:
-        st_lat, st_sc, st_pe = _stage_ring(LAT, D_PE, STAGE)
-        LANDED: gl.constexpr = 2 * STAGE  # (one barrier per pass of the ring)
-    else:
-        sc_smem = gl.allocate_shared_memory(gl.float32, [NS, BLOCK_N, 4], FLAT)
-        LANDED: gl.constexpr = NS * (BLOCK_N // (4 * PW))  # (per slot, the producer's passes per tile)
-    landed = gl.allocate_shared_memory(gl.int64, [LANDED, 1], mbarrier.MBarrierLayout())
+    sc_smem = gl.allocate_shared_memory(gl.float32, [NS, BLOCK_N, 4], FLAT)
+    PASSES: gl.constexpr = BLOCK_N // (4 * PW)  # (the producer's passes per tile)
+    landed = gl.allocate_shared_memory(gl.int64, [NS * PASSES, 1], mbarrier.MBarrierLayout())
     ready = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
     free = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
-    for j in gl.static_range(LANDED):
+    for j in gl.static_range(NS * PASSES):
         mbarrier.init(landed.index(j), count=32 * PW)  # one copy-completion per producer thread
     for j in gl.static_range(NS):
         # one arrival: Gluon's mbarrier.arrive is the partition's barrier, then one thread's arrival
@@ -449,23 +314,13 @@ def sparse_mla_gluon_fp8_ws_kernel(
                           (PRODUCER_REGS_W8 if PW == 8 else PRODUCER_REGS_W4))
     # (Gluon takes no function inside a tuple built in the kernel: one call per consumer)
     if NARROW:
-        if STAGE > 0:
-            acc0, acc1, acc2, acc3, b_m, b_l2 = gl.warp_specialize(
-                [(gluon_narrow.narrow_consumer, (q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_smem,
-                                                 p_smem, ready, free, p_idx, n_start, n_end, n_steps, n_rows,
-                                                 qk_scale, BLOCK_H, BLOCK_N, LAT, NS)),
-                 (_fp8_producer_staged, (kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1,
-                                         k_s2, k_s3, kp_smem, st_lat, st_sc, st_pe, landed, ready, free,
-                                         BLOCK_N, NS, F16))],
-                [PW], [REGS])
-        else:
-            acc0, acc1, acc2, acc3, b_m, b_l2 = gl.warp_specialize(
-                [(gluon_narrow.narrow_consumer, (q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_smem,
-                                                 p_smem, ready, free, p_idx, n_start, n_end, n_steps, n_rows,
-                                                 qk_scale, BLOCK_H, BLOCK_N, LAT, NS)),
-                 (_fp8_producer, (kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2,
-                                  k_s3, kp_smem, sc_smem, landed, ready, free, BLOCK_N, NS, PW, F16, SWAP))],
-                [PW], [REGS])
+        acc0, acc1, acc2, acc3, b_m, b_l2 = gl.warp_specialize(
+            [(gluon_narrow.narrow_consumer, (q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_smem,
+                                             p_smem, ready, free, p_idx, n_start, n_end, n_steps, n_rows,
+                                             qk_scale, BLOCK_H, BLOCK_N, LAT, NS)),
+             (_fp8_producer, (kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2,
+                              k_s3, kp_smem, sc_smem, landed, ready, free, BLOCK_N, NS, PW, F16, SWAP))],
+            [PW], [REGS])
         gluon_narrow.narrow_epilogue(acc0, acc1, acc2, acc3, b_m, b_l2, sink_ptr, out_ptr, lse_ptr, i_t,
                                      i_s, h0, n_heads, stride_o_t, stride_o_h, stride_o_s, stride_lse_t,
                                      stride_lse_h, HAS_SINK, PARTIAL, BLOCK_H, LAT)

@@ -18,7 +18,7 @@ The few-head fp8 tile gathers with ``cp`` into a 2-slot ring whose slots are als
 operand tiles: at most one tile in flight per SM. Its own time at T=128 (16 heads) is timed
 in the same run for comparison.
 
-Usage (on the GPU): python3 benchmarks/gather_ceiling.py OUT.json
+Usage (on the GPU): python3 benchmarks/gather_ceiling.py OUT.json [--only ld,cp,tma,attention]
 """
 
 import json
@@ -217,7 +217,7 @@ def _desc(kv8, stride_words, words, box):
     return TensorDescriptor(kv8, [kv8.shape[0], words], [stride_words, 1], [1, box], layout)
 
 
-def main(path):
+def main(path, only=None):
     ceilings = measure_ceilings()
     head = dict(header(), ceilings=ceilings, t=T, k=K, n_rows=N_ROWS)
     print(head, flush=True)
@@ -229,6 +229,8 @@ def main(path):
     records = []
 
     def record(kind, row, stride, variant, fn, check=None):
+        if only is not None and kind not in only:
+            return
         us = time_us(fn)
         ok = None
         if check is not None:
@@ -251,7 +253,7 @@ def main(path):
                    lambda: ld_kernel[(T, split)](kv, idx, out, stride, K=K, ROW=row, RPAD=rpad, BLOCK=block,
                                                  SPLIT=split, num_warps=warps))
         tail, tail_pad = row - 512, (256 if row == 656 else 1024)
-        for ns in ((2, 3, 4) if row == 656 else (2,)):
+        for ns in ((1, 2, 3, 4) if row == 656 else (1, 2)):
             record("cp", row, stride, f"ns{ns}",
                    lambda: cp_kernel[(T,)](kv, idx, out, stride, K=K, TAIL=tail, TAIL_PAD=tail_pad, NS=ns,
                                            BLOCK_N=BLOCK_N, num_warps=4),
@@ -283,7 +285,8 @@ def main(path):
 
     # the shipped attention on the same shape, for scale (the cache of the bench)
     caches = Caches()
-    for fmt, h in (("fp8_ds_mla", 16), ("bf16", 16), ("bf16", 64)):
+    for fmt, h in (() if only is not None and "attention" not in only else
+                   (("fp8_ds_mla", 16), ("bf16", 16), ("bf16", 64))):
         w = Workload("decode", T, h, fmt)
         q, kv, idx_w, _ = make_inputs(w, caches)
         row = 656 if fmt == "fp8_ds_mla" else 1152
@@ -298,4 +301,4 @@ def main(path):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[sys.argv.index("--only") + 1].split(",") if "--only" in sys.argv else None)

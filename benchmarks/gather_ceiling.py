@@ -18,8 +18,8 @@ The few-head fp8 tile gathers with ``cp`` into a 2-slot ring whose slots are als
 operand tiles: at most one tile in flight per SM. Its own time at T=128 (16 heads) is timed
 in the same run for comparison.
 
-Needs Triton 3.6-3.8 (the Gluon calls of kernels/gluon_sm90.py; Triton 3.9 renamed the TMA
-copy) and an SM90 GPU. Results: BENCHMARKS.md "The gather alone, by copy mechanism".
+Needs an SM90 GPU and Triton 3.6-3.8, as kernels/gluon_sm90.py (Triton 3.9 renamed some of
+the Gluon calls both use). Results: BENCHMARKS.md "The gather alone, by copy mechanism".
 
 Usage (on the GPU): python3 benchmarks/gather_ceiling.py OUT.json [--only ld,cp,tma,attention]
 """

@@ -12,11 +12,12 @@ T x K x row bytes, as the bench counts the gathered rows. Three mechanisms:
   ring of ``NS`` slots, ``NS`` tiles in flight while the oldest lands.
 * ``tma NS``: the same ring filled by the tensor-memory-access unit, one bulk copy per row
   (or two: ``tma2``), issued by one thread, completion counted in bytes on one mbarrier per
-  slot.
+  slot; for bf16 rows also nine copies per row into the 128-byte-swizzled operand tiles
+  (``tma9``), whose last tile is compared with the rows.
 
 The few-head fp8 tile gathers with ``cp`` into a 2-slot ring whose slots are also its
-operand tiles: at most one tile in flight per SM. Its own time at T=128 (16 heads) is timed
-in the same run for comparison.
+operand tiles: at most one tile in flight per SM. The shipped attention at T=128 (fp8_ds_mla
+16 heads, bf16 16 and 64) is timed in the same run for comparison.
 
 Needs an SM90 GPU and Triton 3.6-3.8, as kernels/gluon_sm90.py (Triton 3.9 renamed some of
 the Gluon calls both use). Results: BENCHMARKS.md "The gather alone, by copy mechanism".
@@ -94,6 +95,12 @@ def cp_kernel(kv_ptr, idx_ptr, out_ptr, stride_kv, K: gl.constexpr, TAIL: gl.con
 
 
 @gluon.jit
+def _pick(ids, o_r, r: gl.constexpr):
+    """Entry ``r`` of ``ids`` (held whole by every thread): a register selection, no shuffle."""
+    return gl.sum(gl.where(o_r == r, ids, 0), axis=0)
+
+
+@gluon.jit
 def tma_kernel(desc_a, desc_b, idx_ptr, out_ptr, K: gl.constexpr, NS: gl.constexpr, BLOCK_N: gl.constexpr,
                TWO: gl.constexpr):
     """Program per token: 64-row tiles by one TMA copy per row (``desc_a``'s box, [1, WA]
@@ -108,7 +115,7 @@ def tma_kernel(desc_a, desc_b, idx_ptr, out_ptr, K: gl.constexpr, NS: gl.constex
     for s in gl.static_range(NS):
         mbarrier.init(bars.index(s), count=1)
     _barrier()
-    # every thread holds all of a tile's ids: picking one is a register selection
+    # every thread holds all of a tile's ids (_pick)
     IDL: gl.constexpr = gl.BlockedLayout([BLOCK_N], [32], [gl.num_warps()], [0])
     o_r = gl.arange(0, BLOCK_N, layout=IDL)
     i_t = gl.program_id(0)
@@ -120,7 +127,7 @@ def tma_kernel(desc_a, desc_b, idx_ptr, out_ptr, K: gl.constexpr, NS: gl.constex
             slot = j % NS
             mbarrier.expect(bars.index(slot), BLOCK_N * ROW_BYTES)
             for r in gl.static_range(BLOCK_N):
-                row = gl.sum(gl.where(o_r == r, ids, 0), axis=0)
+                row = _pick(ids, o_r, r)
                 tma.async_copy_global_to_shared(desc_a, [row, 0], bars.index(slot),
                                                 a_s.index(slot).slice(r, 1))
                 if TWO:
@@ -180,7 +187,7 @@ def tma9_kernel(desc, idx_ptr, out_ptr, K: gl.constexpr, NS: gl.constexpr, BLOCK
             slot = j % NS
             mbarrier.expect(bars.index(slot), BLOCK_N * 1152)
             for r in gl.static_range(BLOCK_N):
-                row = gl.sum(gl.where(o_r == r, ids, 0), axis=0)
+                row = _pick(ids, o_r, r)
                 bar = bars.index(slot)
                 tma.async_copy_global_to_shared(desc, [row, 0], bar, _rows(t0, slot, r))
                 tma.async_copy_global_to_shared(desc, [row, 64], bar, _rows(t1, slot, r))

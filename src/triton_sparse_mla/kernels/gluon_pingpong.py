@@ -19,13 +19,18 @@ accumulates columns 0-255 and warpgroup 1 columns 256-511, over every tile. Per 
   into shared memory; then PV of ``P0`` over the even tile's rows into its columns.
 
 So one warpgroup's score dots run while the other's softmax does, and each tile's scores are
-computed once, by one warpgroup. Each probability tile goes into the rope tile of its own slot,
-which its score dots have finished reading. The slots are filled by a producer (``PW`` warps,
-as ``sparse_mla_gluon_ws_kernel``'s, here the default partition) in halves, each with a
-``ready`` and a ``free`` mbarrier: a slot's latent columns 0-255 and 256-511 are read by
-different warpgroups' PV dots and are refilled as soon as their reader is done. Tiles have 32
-rows (``BLOCK_N``) in two sets of two slots, pair ``j`` in set ``j % 2``, so the next pair's
-copies run during this pair's work; the kernel also takes 64-row tiles in one set of two.
+computed once, by one warpgroup. Warpgroup 0 issues the next even tile's score dots behind
+its last PV dots of a pair. The four exchanges of a pair (``m0``, ``M``, ``P0``, ``P1``) go
+through hardware barriers of the two warpgroups (``bar.arrive`` by the writer, ``bar.sync``
+by the reader: ``_nb_arrive``, ``_nb_sync``). Each probability tile goes into the rope tile
+of its own slot, which its score dots have finished reading. The slots are filled by a
+producer (``PW`` warps, as ``sparse_mla_gluon_ws_kernel``'s, here the default partition) in
+halves, each with a ``ready`` and a ``free`` mbarrier: a slot's latent columns 0-255 and
+256-511 are read by different warpgroups' PV dots and are refilled as soon as their reader is
+done. A pair always has both tiles (past the range's end the rows are zero-filled and masked),
+so no wgmma is in flight across a branch. The producer prefetches the next pair's row ids
+into L1. Tiles have ``BLOCK_N`` rows: 64 in one set of two slots, or 32 in two sets of two,
+pair ``j`` in set ``j % 2``, so the next pair's copies run during this pair's work.
 
 Shared memory: q 72 KB, four slots of 32 rows (or two of 64) 144 KB, the row max and
 denominator exchange 1 KB: 217.5 KB.
@@ -69,7 +74,7 @@ P32_SMEM = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=64, element_bitw
 # The rows per tile: 32, so that four slots fit (two pairs of tiles; the next pair's copies run
 # during this pair's work). The kernel takes 64 too (two slots, one pair: slower, as measured
 # in runs 91-94).
-BLOCK_N = 32
+BLOCK_N = 64
 # q loaded by the producer's warps (the kernel's own), 16 bytes per thread.
 Q_PE_W4 = gl.constexpr(gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0]))
 Q_PE_W8 = gl.constexpr(gl.BlockedLayout([1, 8], [4, 8], [8, 1], [1, 0]))
@@ -104,6 +109,17 @@ def _copy_half(ka, kb, kp, kv_ptr, ids, o_j, n_rows, stride_kv, slot, col0, ROPE
 
 
 @gluon.jit
+def _prefetch_ids(p_idx, n0, n_end, COUNT: gl.constexpr, PW: gl.constexpr):
+    """Bring entries ``idx[n0:n0 + COUNT]`` (those before ``n_end``) into L1 ahead of their
+    loads, holding no register: loaded only when its half is due, an id's load latency (a
+    DRAM miss at the first half of a tile) held up the producer's copies."""
+    o_n = n0 + gl.arange(0, COUNT, layout=gl.BlockedLayout([1], [32], [PW], [0]))
+    o_n = gl.minimum(o_n, gl.maximum(n_end - 1, 0))
+    gl.inline_asm_elementwise("prefetch.global.L1 [$1];\n\tmov.u32 $0, 0;", "=r,l", [p_idx + o_n],
+                              dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
 def _pp_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2, k_s3,
                  kp_s, bars, BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
                  PW: gl.constexpr, SETS: gl.constexpr):
@@ -123,39 +139,37 @@ def _pp_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0
     ids = _pass_ids(p_idx, n_start, n_end, PASS_ROWS, PASSES, GATHER)
     for j in range(gl.cdiv(n_steps, 2)):
         ph = ((j // SETS) & 1) ^ 1  # the set's previous pair's phase; its first pair passes
-        has1 = 2 * j + 1 < n_steps
         n0 = n_start + 2 * j * BLOCK_N
+        _prefetch_ids(p_idx, n0 + 2 * BLOCK_N, n_end, 2 * BLOCK_N, PW)
         t, e, o = _slots(j, n_steps, SETS)
         mbarrier.wait(bars.index(_free(t, _A0, SETS)), ph)
         _copy_half(k_s0, k_s1, kp_s, kv_ptr, ids, o_j, n_rows, stride_kv, e, 0, False, GATHER, ROPE,
                    PASS_ROWS, PASSES, LAT, D_PE)
         async_copy.mbarrier_arrive(bars.index(_ready(t, _A0)), increment_count=False)
         ids = _pass_ids(p_idx, n0 + BLOCK_N, n_end, PASS_ROWS, PASSES, GATHER)
-        if has1:
-            mbarrier.wait(bars.index(_free(t, _B1, SETS)), ph)
-            _copy_half(k_s2, k_s3, kp_s, kv_ptr, ids, o_j, n_rows, stride_kv, o, 2 * LAT, False, GATHER,
-                       ROPE, PASS_ROWS, PASSES, LAT, D_PE)
-            async_copy.mbarrier_arrive(bars.index(_ready(t, _B1)), increment_count=False)
+        mbarrier.wait(bars.index(_free(t, _B1, SETS)), ph)
+        _copy_half(k_s2, k_s3, kp_s, kv_ptr, ids, o_j, n_rows, stride_kv, o, 2 * LAT, False, GATHER,
+                   ROPE, PASS_ROWS, PASSES, LAT, D_PE)
+        async_copy.mbarrier_arrive(bars.index(_ready(t, _B1)), increment_count=False)
         ids = _pass_ids(p_idx, n0, n_end, PASS_ROWS, PASSES, GATHER)
         mbarrier.wait(bars.index(_free(t, _B0, SETS)), ph)
         _copy_half(k_s2, k_s3, kp_s, kv_ptr, ids, o_j, n_rows, stride_kv, e, 2 * LAT, True, GATHER,
                    ROPE, PASS_ROWS, PASSES, LAT, D_PE)
         async_copy.mbarrier_arrive(bars.index(_ready(t, _B0)), increment_count=False)
         ids = _pass_ids(p_idx, n0 + BLOCK_N, n_end, PASS_ROWS, PASSES, GATHER)
-        if has1:
-            mbarrier.wait(bars.index(_free(t, _A1, SETS)), ph)
-            _copy_half(k_s0, k_s1, kp_s, kv_ptr, ids, o_j, n_rows, stride_kv, o, 0, True, GATHER, ROPE,
-                       PASS_ROWS, PASSES, LAT, D_PE)
-            async_copy.mbarrier_arrive(bars.index(_ready(t, _A1)), increment_count=False)
+        mbarrier.wait(bars.index(_free(t, _A1, SETS)), ph)
+        _copy_half(k_s0, k_s1, kp_s, kv_ptr, ids, o_j, n_rows, stride_kv, o, 0, True, GATHER, ROPE,
+                   PASS_ROWS, PASSES, LAT, D_PE)
+        async_copy.mbarrier_arrive(bars.index(_ready(t, _A1)), increment_count=False)
         ids = _pass_ids(p_idx, n0 + 2 * BLOCK_N, n_end, PASS_ROWS, PASSES, GATHER)
 
 
 # The mbarriers, one allocation: for each set of two slots (pair j uses set j % SETS), each
-# slot's halves' ready (count: the producer's threads) and free (count 1), then the row max
-# and joint max of each pair, each probability tile, and the two denominators at the end
-# (count 1 each). Within a set: A0, B0, A1, B1 (slot e's columns 0-255, 256-511, slot o's).
+# slot's halves' ready (count: the producer's threads) and free (count 1), then the two
+# denominators at the end (count 1 each). Within a set: A0, B0, A1, B1 (slot e's columns
+# 0-255, 256-511, slot o's). (The exchanges within a pair use hardware barriers: _NB_*.)
 _A0, _B0, _A1, _B1 = (gl.constexpr(i) for i in range(4))
-_MAX0, _MAX_JOINT, _P0, _P1, _L0, _L1 = (gl.constexpr(i) for i in range(6))
+_L0, _L1 = gl.constexpr(0), gl.constexpr(1)
 
 
 @gluon.jit
@@ -172,7 +186,7 @@ def _free(t, half, SETS: gl.constexpr):
 
 @gluon.jit
 def _pair_bar(which: gl.constexpr, SETS: gl.constexpr):
-    """Index of the per-pair (or final) barrier ``which`` (_MAX0 .. _L1)."""
+    """Index of the final barrier ``which`` (_L0, _L1)."""
     return 8 * SETS + which
 
 
@@ -222,11 +236,36 @@ def _scores_by_halves(qa, qb, ka, kb, qc, qd, kc, kd, q_sp, kp, bars, first, sec
 
 
 @gluon.jit
-def _masked_scores(s, p_idx, n0, n_end, n_rows, qk_scale, BLOCK_N: gl.constexpr):
-    """Scores of entries ``idx[n0:n0 + BLOCK_N]`` scaled to base 2, invalid entries -inf."""
-    b_idx = _row_ids(p_idx, n0, n_end, gl.SliceLayout(0, s.type.layout), BLOCK_N)
-    m_n = (b_idx >= 0) & (b_idx < n_rows)
-    return gl.where(m_n[None, :], s * qk_scale, float("-inf"))
+def _valid_rows(p_idx, n0, n_end, n_rows, BLOCK_N: gl.constexpr):
+    """Which of entries ``idx[n0:n0 + BLOCK_N]`` name a cache row, in the score tile's column
+    layout (loaded before the score dots are waited for, so that the load's latency hides
+    behind them)."""
+    S_L: gl.constexpr = S_L32 if BLOCK_N == 32 else S_L64
+    b_idx = _row_ids(p_idx, n0, n_end, gl.SliceLayout(0, S_L), BLOCK_N)
+    return (b_idx >= 0) & (b_idx < n_rows)
+
+
+@gluon.jit
+def _nb_arrive(bar_id: gl.constexpr):
+    """Arrive, without waiting, at hardware barrier ``bar_id`` of the two consumer warpgroups
+    (256 threads): this warpgroup's shared-memory writes before it are visible to the other
+    warpgroup once its ``_nb_sync`` on the same barrier returns."""
+    gl.inline_asm_elementwise("bar.arrive $1, 256;\n\tmov.u32 $0, 0;", "=r,r",
+                              [gl.program_id(0) * 0 + bar_id], dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _nb_sync(bar_id: gl.constexpr):
+    """Wait at hardware barrier ``bar_id`` until the other consumer warpgroup arrived."""
+    gl.inline_asm_elementwise("bar.sync $1, 256;\n\tmov.u32 $0, 0;", "=r,r",
+                              [gl.program_id(0) * 0 + bar_id], dtype=gl.int32, is_pure=False, pack=1)
+
+
+# The two consumer warpgroups' hardware barriers (bar.arrive by one, bar.sync by the other;
+# ids 0-3 are the compiler's own: the program's, the hand-over to the partitions, and one per
+# consumer partition): warpgroup 0's tile max ready, the pair's joint max ready, P0 ready, P1
+# ready.
+_NB_MAX0, _NB_MAX_JOINT, _NB_P0, _NB_P1 = (gl.constexpr(8 + i) for i in range(4))
 
 
 @gluon.jit
@@ -238,9 +277,9 @@ def _rows_to_o(v):
 
 @gluon.jit
 def _wg_state(BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, LAT: gl.constexpr):
-    """A consumer warpgroup's starting state: running max and denominator (the score tile's
-    row layout), its two output tiles, and a zero score tile (the score dots' first
-    accumulator, not read)."""
+    """A consumer warpgroup's starting state: running max (base 2, scaled scores) and
+    denominator (the score tile's row layout), its two output tiles, and a zero score tile
+    (the score dots' first accumulator, not read)."""
     S_L: gl.constexpr = S_L32 if BLOCK_N == 32 else S_L64
     b_m = gl.full([BLOCK_H], -1.0e30, gl.float32, layout=gl.SliceLayout(1, S_L))
     b_l = gl.zeros([BLOCK_H], gl.float32, layout=gl.SliceLayout(1, S_L))
@@ -250,58 +289,104 @@ def _wg_state(BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, LAT: gl.constexpr):
 
 
 @gluon.jit
+def _softmax_step(s, b_m, b_l, m_new, qk_scale):
+    """Probabilities of the raw score tile ``s`` (invalid entries -inf) against the new running
+    max ``m_new`` (scaled, base 2); returns them, the denominator in ``m_new``'s terms and the
+    factor ``2^(b_m - m_new)`` the output tiles are rescaled by."""
+    alpha = gl.exp2(b_m - m_new)
+    p = gl.exp2(s * qk_scale - m_new[:, None])
+    return p, b_l * alpha + gl.sum(p, axis=1), alpha
+
+
+@gluon.jit
+def _wg0_pair(s, valid, b_m, b_l, acc_a, acc_b, s_zero, j, q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1,
+              k_s2, k_s3, kp_s, m_smem, bars, p_idx, n_start, n_end, n_steps, n_rows, qk_scale,
+              BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, SETS: gl.constexpr, NEXT: gl.constexpr):
+    """Warpgroup 0's part of pair ``j``, from its even tile's raw scores ``s`` (and which of
+    its entries are valid); with NEXT, the next pair's even tile's score dots are issued behind
+    this pair's last PV dots, and returned with its valid entries."""
+    t, e, o = _slots(j, n_steps, SETS)
+    s = gl.where(valid[None, :], s, float("-inf"))
+    m_0 = gl.maximum(b_m, gl.max(s, axis=1) * qk_scale)
+    m_smem.index(0).store(m_0)
+    _nb_arrive(_NB_MAX0)
+    p, b_l, alpha = _softmax_step(s, b_m, b_l, m_0, qk_scale)
+    a_o = _rows_to_o(alpha)
+    acc_a = acc_a * a_o
+    acc_b = acc_b * a_o
+    p_op = gl.convert_layout(p.to(k_s0.dtype), P_OP)
+    acc_a = warpgroup_mma(p_op, k_s0.index(e), acc_a, is_async=True)
+    acc_b = warpgroup_mma(p_op, k_s1.index(e), acc_b, is_async=True)
+    acc_a, acc_b = warpgroup_mma_wait(0, deps=[acc_a, acc_b])
+    _arrive(bars, _free(t, _A0, SETS))
+    # the pair's joint max, from warpgroup 1; P0 in its terms for warpgroup 1's PV dots, into
+    # the even slot's rope tile (this tile's score dots, its only reader, are done)
+    _nb_sync(_NB_MAX_JOINT)
+    m_new = m_smem.index(1).load(b_m.type.layout)
+    beta = gl.exp2(m_0 - m_new)
+    _p_tile(kp_s, e, BLOCK_H, BLOCK_N).store((p * beta[:, None]).to(kp_s.dtype))
+    fence_async_shared()
+    _nb_arrive(_NB_P0)
+    b_o = _rows_to_o(beta)
+    acc_a = acc_a * b_o
+    acc_b = acc_b * b_o
+    # the odd tile's rows, with warpgroup 1's probabilities (shared memory)
+    _nb_sync(_NB_P1)
+    p1 = _p_tile(kp_s, o, BLOCK_H, BLOCK_N)
+    acc_a = warpgroup_mma(p1, k_s0.index(o), acc_a, is_async=True)
+    acc_b = warpgroup_mma(p1, k_s1.index(o), acc_b, is_async=True)
+    if NEXT:
+        # the next even tile's scores behind those PV dots: its columns 0-255 first, then,
+        # once the PV dots are done and their half is freed, 256-511 and the rope
+        valid = _valid_rows(p_idx, n_start + (2 * j + 2) * BLOCK_N, n_end, n_rows, BLOCK_N)
+        t2, e2, o2 = _slots(j + 1, n_steps, SETS)
+        ph2 = ((j + 1) // SETS) & 1
+        mbarrier.wait(bars.index(_ready(t2, _A0)), ph2)
+        fence_async_shared()
+        s = warpgroup_mma(q_s0, k_s0.index(e2).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        s = warpgroup_mma(q_s1, k_s1.index(e2).permute((1, 0)), s, is_async=True)
+        acc_a, acc_b = warpgroup_mma_wait(2, deps=[acc_a, acc_b])
+        _arrive(bars, _free(t, _A1, SETS))
+        mbarrier.wait(bars.index(_ready(t2, _B0)), ph2)
+        fence_async_shared()
+        s = warpgroup_mma(q_s2, k_s2.index(e2).permute((1, 0)), s, is_async=True)
+        s = warpgroup_mma(q_s3, k_s3.index(e2).permute((1, 0)), s, is_async=True)
+        s = warpgroup_mma(q_sp, kp_s.index(e2).permute((1, 0)), s, is_async=True)
+        s = warpgroup_mma_wait(0, deps=[s])
+    else:
+        acc_a, acc_b = warpgroup_mma_wait(0, deps=[acc_a, acc_b])
+        _arrive(bars, _free(t, _A1, SETS))
+    return s, valid, m_new, b_l * beta, acc_a, acc_b
+
+
+@gluon.jit
 def _pp_wg0(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, m_smem, l_smem, bars, p_idx,
             n_start, n_end, n_steps, n_rows, qk_scale, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0,
             n_heads, stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
             HAS_SINK: gl.constexpr, PARTIAL: gl.constexpr, BLOCK_H: gl.constexpr,
             BLOCK_N: gl.constexpr, LAT: gl.constexpr, SETS: gl.constexpr):
     """Warpgroup 0: the even tiles' scores and output columns 0-255 (module docstring), which
-    it writes, with the lse."""
+    it writes, with the lse. Each next even tile's score dots run behind a pair's last PV dots
+    (``_wg0_pair``), so the last pair is peeled off the loop."""
     b_m, b_l, acc_a, acc_b, s_zero = _wg_state(BLOCK_H, BLOCK_N, LAT)
-    for j in range(gl.cdiv(n_steps, 2)):
-        ph = j & 1
-        ph_set = (j // SETS) & 1
-        t, e, o = _slots(j, n_steps, SETS)
-        # the even tile's scores: its columns 0-255 first (the half refilled first)
+    n_pairs = gl.cdiv(n_steps, 2)
+    valid = _valid_rows(p_idx, n_start, n_end, n_rows, BLOCK_N)
+    s = s_zero
+    if n_pairs > 0:
+        t, e, o = _slots(0, n_steps, SETS)
         s = _scores_by_halves(q_s0, q_s1, k_s0.index(e), k_s1.index(e), q_s2, q_s3, k_s2.index(e),
                               k_s3.index(e), q_sp, kp_s.index(e), bars, _ready(t, _A0),
-                              _ready(t, _B0), ph_set, s_zero)
-        s = _masked_scores(s, p_idx, n_start + 2 * j * BLOCK_N, n_end, n_rows, qk_scale, BLOCK_N)
-        m_0 = gl.maximum(b_m, gl.max(s, axis=1))
-        m_smem.index(0).store(m_0)
-        _arrive(bars, _pair_bar(_MAX0, SETS))
-        p = gl.exp2(s - m_0[:, None])
-        alpha = gl.exp2(b_m - m_0)
-        b_l = b_l * alpha + gl.sum(p, axis=1)
-        a_o = _rows_to_o(alpha)
-        acc_a = acc_a * a_o
-        acc_b = acc_b * a_o
-        p_op = gl.convert_layout(p.to(k_s0.dtype), P_OP)
-        acc_a = warpgroup_mma(p_op, k_s0.index(e), acc_a, is_async=True)
-        acc_b = warpgroup_mma(p_op, k_s1.index(e), acc_b, is_async=True)
-        # the pair's joint max, from warpgroup 1; P0 in its terms for warpgroup 1's PV dots,
-        # into the even slot's rope tile (this tile's score dots, its only reader, are done)
-        mbarrier.wait(bars.index(_pair_bar(_MAX_JOINT, SETS)), ph)
-        m_new = m_smem.index(1).load(b_m.type.layout)
-        beta = gl.exp2(m_0 - m_new)
-        _p_tile(kp_s, e, BLOCK_H, BLOCK_N).store((p * beta[:, None]).to(kp_s.dtype))
-        fence_async_shared()
-        _arrive(bars, _pair_bar(_P0, SETS))
-        acc_a, acc_b = warpgroup_mma_wait(0, deps=[acc_a, acc_b])
-        _arrive(bars, _free(t, _A0, SETS))
-        b_o = _rows_to_o(beta)
-        acc_a = acc_a * b_o
-        acc_b = acc_b * b_o
-        b_l = b_l * beta
-        b_m = m_new
-        if 2 * j + 1 < n_steps:
-            # the odd tile's rows, with warpgroup 1's probabilities (shared memory)
-            mbarrier.wait(bars.index(_pair_bar(_P1, SETS)), ph)
-            p1 = _p_tile(kp_s, o, BLOCK_H, BLOCK_N)
-            acc_a = warpgroup_mma(p1, k_s0.index(o), acc_a, is_async=True)
-            acc_b = warpgroup_mma(p1, k_s1.index(o), acc_b, is_async=True)
-            acc_a, acc_b = warpgroup_mma_wait(0, deps=[acc_a, acc_b])
-            _arrive(bars, _free(t, _A1, SETS))
+                              _ready(t, _B0), 0, s_zero)
+    for j in range(n_pairs - 1):
+        s, valid, b_m, b_l, acc_a, acc_b = _wg0_pair(
+            s, valid, b_m, b_l, acc_a, acc_b, s_zero, j, q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2,
+            k_s3, kp_s, m_smem, bars, p_idx, n_start, n_end, n_steps, n_rows, qk_scale, BLOCK_H, BLOCK_N,
+            SETS, True)
+    if n_pairs > 0:
+        s, valid, b_m, b_l, acc_a, acc_b = _wg0_pair(
+            s, valid, b_m, b_l, acc_a, acc_b, s_zero, n_pairs - 1, q_s0, q_s1, q_s2, q_s3, q_sp, k_s0,
+            k_s1, k_s2, k_s3, kp_s, m_smem, bars, p_idx, n_start, n_end, n_steps, n_rows, qk_scale,
+            BLOCK_H, BLOCK_N, SETS, False)
     b_l = _whole_denominator(b_l, l_smem, bars, 0, SETS)
     _pp_epilogue(acc_a, acc_b, 0, b_m, b_l, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0, n_heads,
                  stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h, HAS_SINK, PARTIAL,
@@ -318,45 +403,42 @@ def _pp_wg1(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, m_smem, 
     which it writes."""
     b_m, b_l, acc_c, acc_d, s_zero = _wg_state(BLOCK_H, BLOCK_N, LAT)
     for j in range(gl.cdiv(n_steps, 2)):
-        ph = j & 1
         ph_set = (j // SETS) & 1
-        has1 = 2 * j + 1 < n_steps
         t, e, o = _slots(j, n_steps, SETS)
-        s = s_zero
-        if has1:
-            # the odd tile's scores: its columns 256-511 first (the half refilled first)
-            s = _scores_by_halves(q_s2, q_s3, k_s2.index(o), k_s3.index(o), q_s0, q_s1, k_s0.index(o),
-                                  k_s1.index(o), q_sp, kp_s.index(o), bars, _ready(t, _B1),
-                                  _ready(t, _A1), ph_set, s_zero)
-        # (without an odd tile every entry is masked: its max is -inf, its probabilities 0)
-        s = _masked_scores(s, p_idx, n_start + (2 * j + 1) * BLOCK_N, n_end, n_rows, qk_scale, BLOCK_N)
-        mbarrier.wait(bars.index(_pair_bar(_MAX0, SETS)), ph)
-        m_new = gl.maximum(m_smem.index(0).load(b_m.type.layout), gl.max(s, axis=1))
+        # the odd tile's scores: its columns 256-511 first (the half refilled first); past the
+        # end of the range its rows are zero-filled and every entry is masked (the ids are
+        # loaded after the dots: live during their issue, they spill)
+        s = _scores_by_halves(q_s2, q_s3, k_s2.index(o), k_s3.index(o), q_s0, q_s1, k_s0.index(o),
+                              k_s1.index(o), q_sp, kp_s.index(o), bars, _ready(t, _B1),
+                              _ready(t, _A1), ph_set, s_zero)
+        valid = _valid_rows(p_idx, n_start + (2 * j + 1) * BLOCK_N, n_end, n_rows, BLOCK_N)
+        s = gl.where(valid[None, :], s, float("-inf"))
+        s_max = gl.max(s, axis=1) * qk_scale
+        _nb_sync(_NB_MAX0)
+        m_new = gl.maximum(m_smem.index(0).load(b_m.type.layout), s_max)
         m_smem.index(1).store(m_new)
-        _arrive(bars, _pair_bar(_MAX_JOINT, SETS))
-        alpha = gl.exp2(b_m - m_new)
+        _nb_arrive(_NB_MAX_JOINT)
+        p, b_l, alpha = _softmax_step(s, b_m, b_l, m_new, qk_scale)
         a_o = _rows_to_o(alpha)
         acc_c = acc_c * a_o
         acc_d = acc_d * a_o
         b_m = m_new
-        p = gl.exp2(s - m_new[:, None])
-        b_l = b_l * alpha + gl.sum(p, axis=1)
-        if has1:
-            p_op = gl.convert_layout(p.to(k_s2.dtype), P_OP)
-            acc_c = warpgroup_mma(p_op, k_s2.index(o), acc_c, is_async=True)
-            acc_d = warpgroup_mma(p_op, k_s3.index(o), acc_d, is_async=True)
-            # P1 for warpgroup 0's PV dots, into the odd slot's rope tile (read by the score
-            # dots above, which are done)
-            _p_tile(kp_s, o, BLOCK_H, BLOCK_N).store(p.to(kp_s.dtype))
-            fence_async_shared()
-            _arrive(bars, _pair_bar(_P1, SETS))
-            acc_c, acc_d = warpgroup_mma_wait(0, deps=[acc_c, acc_d])
-            _arrive(bars, _free(t, _B1, SETS))
+        p_bf = p.to(k_s2.dtype)
+        p_op = gl.convert_layout(p_bf, P_OP)
+        acc_c = warpgroup_mma(p_op, k_s2.index(o), acc_c, is_async=True)
+        acc_d = warpgroup_mma(p_op, k_s3.index(o), acc_d, is_async=True)
+        # P1 for warpgroup 0's PV dots, into the odd slot's rope tile (read by the score dots
+        # above, which are done), while these PV dots run
+        _p_tile(kp_s, o, BLOCK_H, BLOCK_N).store(p_bf)
         # the even tile's rows, with warpgroup 0's probabilities (shared memory)
-        mbarrier.wait(bars.index(_pair_bar(_P0, SETS)), ph)
+        _nb_sync(_NB_P0)
         p0 = _p_tile(kp_s, e, BLOCK_H, BLOCK_N)
         acc_c = warpgroup_mma(p0, k_s2.index(e), acc_c, is_async=True)
         acc_d = warpgroup_mma(p0, k_s3.index(e), acc_d, is_async=True)
+        fence_async_shared()
+        _nb_arrive(_NB_P1)
+        acc_c, acc_d = warpgroup_mma_wait(2, deps=[acc_c, acc_d])
+        _arrive(bars, _free(t, _B1, SETS))
         acc_c, acc_d = warpgroup_mma_wait(0, deps=[acc_c, acc_d])
         _arrive(bars, _free(t, _B0, SETS))
     b_l = _whole_denominator(b_l, l_smem, bars, 1, SETS)
@@ -425,10 +507,10 @@ def sparse_mla_gluon_pp_kernel(
     kp_s = gl.allocate_shared_memory(dtype, [NSLOT, BLOCK_N, D_PE], SMEM)
     m_smem = gl.allocate_shared_memory(gl.float32, [2, BLOCK_H], FLAT1)  # m0, then M
     l_smem = gl.allocate_shared_memory(gl.float32, [2, BLOCK_H], FLAT1)
-    bars = gl.allocate_shared_memory(gl.int64, [8 * SETS + 6, 1], mbarrier.MBarrierLayout())
+    bars = gl.allocate_shared_memory(gl.int64, [8 * SETS + 2, 1], mbarrier.MBarrierLayout())
     for j in gl.static_range(4 * SETS):
         mbarrier.init(bars.index(j), count=32 * PW)  # ready: one per producer thread
-    for j in gl.static_range(4 * SETS + 6):
+    for j in gl.static_range(4 * SETS + 2):
         mbarrier.init(bars.index(4 * SETS + j), count=1)
     fence_async_shared()  # q's stores and the barriers' initialisation, before the partitions
     _barrier()

@@ -35,14 +35,17 @@ pair ``j`` in set ``j % 2``, so the next pair's copies run during this pair's wo
 Shared memory: q 72 KB, four slots of 32 rows (or two of 64) 144 KB, the row max and
 denominator exchange 1 KB: 217.5 KB.
 
-Measured (H200, 2026-12-02, runs 91-95; BENCHMARKS.md "Consumers on alternate tiles"): it
-matches the reference in its GPU tests, and is slower than the lockstep producer kernel it
-would replace. With 64-row tiles: 0.44-0.53x as first written, 0.73-0.81x once the slots'
-descriptors could no longer be hoisted out of the loops (``_slots``) and the producer held one
-half's ids at a time, 0.69-0.84x with the producer as the default partition; there its
-consumers waited 19% of their stall samples for the halves freed last (run 94). With 32-row
-tiles in four slots: 0.69-0.84x again (1.00-1.05x over 64 rows), its consumers spilling 5
-instructions instead of 51.
+Measured (H200, 2026-12-02, runs 91-95; BENCHMARKS.md "Consumers on alternate tiles"): in its
+first form (mbarrier exchanges, each next tile's score dots after the pair, 16 producer threads
+per row) it matched the reference and ran 0.69-0.84x of the lockstep producer kernel it would
+replace. In this form (2026-12-03, runs 135-139; BENCHMARKS.md "Consumers on alternate tiles,
+second form"), at T=128 H=64 and prefill over 32K and 1M rows with 64 heads: the hardware
+barriers and the next tiles' score dots behind the PV dots left it at 0.80x / 0.84x (64 / 32
+rows), with as many instructions as the lockstep kernel but 17.9 cycles per instruction
+against 12.75, its producer stalled on its row ids and warpgroup 1 waiting for its tiles;
+8 producer threads per row 1.11-1.14x; the ids prefetched about 1.09x with 64-row tiles
+(0.87x against 0.80x of the lockstep kernel, runs 137 and 138), 0.99-1.01x with 32 (run 137). It stays behind: 0.91-0.94x with 32-row tiles and 8 producer warps, 0.96-0.99x with
+4 (1.07x with random lengths), 0.87-0.95x with 64-row tiles. Not shipped.
 
 Import only where Gluon is available and not under the interpreter (as gluon_sm90).
 """
@@ -53,7 +56,7 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
-from .gluon_sm90 import (FLAT1, GATHER_W4, GATHER_W8, ROPE_W4, ROPE_W8, SMEM, _NOT_SPECIALIZED,
+from .gluon_sm90 import (FLAT1, GATHER_W4, GATHER_W8, SMEM, _NOT_SPECIALIZED,
                          _barrier, _load_q, _lse_and_scale, _pass_ids, _ring_rows, _row_ids,
                          _split_range, _tile_origin)
 
@@ -72,9 +75,16 @@ P_OP = gl.constexpr(gl.DotOperandLayout(operand_index=0, parent=O_L, k_width=2))
 # A 32-row probability tile [64, 32] in the bytes of its slot's rope tile [32, 64].
 P32_SMEM = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=64, element_bitwidth=16, rank=2))
 # The rows per tile: 32, so that four slots fit (two pairs of tiles; the next pair's copies run
-# during this pair's work). The kernel takes 64 too (two slots, one pair: slower, as measured
-# in runs 91-94).
-BLOCK_N = 64
+# during this pair's work). The kernel takes 64 too (two slots, one pair: slower, runs 91-94
+# and 137).
+BLOCK_N = 32
+# The producer's threads per cache row, each copying 16 bytes per instruction (the rope:
+# D_PE / ROW_THREADS elements): 8, so that a copy instruction covers a 128-byte line of 4 rows
+# per warp and each thread's 64-bit row address serves both copies of a 128-column tile; with
+# 16 (a line of 2 rows, gluon_sm90's GATHER_W*), a half tile takes twice the rows per thread,
+# each with its own address. 8 was 1.11-1.14x over 16 here (run 137); in the lockstep kernel's
+# producer, which copies all four latent tiles of a row per address, 0.96-0.97x (run 138).
+ROW_THREADS = gl.constexpr(8)
 # q loaded by the producer's warps (the kernel's own), 16 bytes per thread.
 Q_PE_W4 = gl.constexpr(gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0]))
 Q_PE_W8 = gl.constexpr(gl.BlockedLayout([1, 8], [4, 8], [8, 1], [1, 0]))
@@ -129,9 +139,10 @@ def _pp_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0
     read by the other warpgroup's PV dots too). Each half waits for its ``free`` barrier (the
     set's previous pair) and ends with an arrival on its ``ready`` barrier that lands when
     this thread's copies have."""
-    GATHER: gl.constexpr = GATHER_W8 if PW == 8 else GATHER_W4
-    ROPE: gl.constexpr = ROPE_W8 if PW == 8 else ROPE_W4
-    PASS_ROWS: gl.constexpr = 2 * PW
+    GATHER: gl.constexpr = gl.BlockedLayout([1, 8], [32 // ROW_THREADS, ROW_THREADS], [PW, 1], [1, 0])
+    ROPE: gl.constexpr = gl.BlockedLayout([1, D_PE // ROW_THREADS], [32 // ROW_THREADS, ROW_THREADS],
+                                          [PW, 1], [1, 0])
+    PASS_ROWS: gl.constexpr = PW * 32 // ROW_THREADS
     PASSES: gl.constexpr = BLOCK_N // PASS_ROWS
     o_j = gl.arange(0, PASSES, layout=gl.SliceLayout(0, GATHER))
     # Each half's row ids are loaded a half ahead, during the wait for its slot: the producer

@@ -42,10 +42,11 @@ replace. In this form (2026-12-03, runs 135-139; BENCHMARKS.md "Consumers on alt
 second form"), at T=128 H=64 and prefill over 32K and 1M rows with 64 heads: the hardware
 barriers and the next tiles' score dots behind the PV dots left it at 0.80x / 0.84x (64 / 32
 rows), with as many instructions as the lockstep kernel but 17.9 cycles per instruction
-against 12.75, its producer stalled on its row ids and warpgroup 1 waiting for its tiles;
-8 producer threads per row 1.11-1.14x; the ids prefetched about 1.09x with 64-row tiles
-(0.87x against 0.80x of the lockstep kernel, runs 137 and 138), 0.99-1.01x with 32 (run 137). It stays behind: 0.91-0.94x with 32-row tiles and 8 producer warps, 0.96-0.99x with
-4 (1.07x with random lengths), 0.87-0.95x with 64-row tiles. Not shipped.
+against 12.75, its producer stalled on its row ids and warpgroup 1 waiting for its tiles.
+8 producer threads per row gave 1.11-1.14x; the ids' prefetch about 1.09x with 64-row tiles
+(0.87x against 0.80x of the lockstep kernel, runs 137 and 138), 0.99-1.01x with 32 (run 137).
+It stays behind: 0.91-0.94x with 32-row tiles and 8 producer warps, 0.96-0.99x with 4 (1.07x
+with random lengths), 0.87-0.95x with 64-row tiles. Not shipped.
 
 Import only where Gluon is available and not under the interpreter (as gluon_sm90).
 """
@@ -121,8 +122,8 @@ def _copy_half(ka, kb, kp, kv_ptr, ids, o_j, n_rows, stride_kv, slot, col0, ROPE
 @gluon.jit
 def _prefetch_ids(p_idx, n0, n_end, COUNT: gl.constexpr, PW: gl.constexpr):
     """Bring entries ``idx[n0:n0 + COUNT]`` (those before ``n_end``) into L1 ahead of their
-    loads, holding no register: loaded only when its half is due, an id's load latency (a
-    DRAM miss at the first half of a tile) held up the producer's copies."""
+    loads, holding no register. Without it a tile's ids were first loaded just before its
+    first half's copies, and their latency (a DRAM miss) held up the producer."""
     o_n = n0 + gl.arange(0, COUNT, layout=gl.BlockedLayout([1], [32], [PW], [0]))
     o_n = gl.minimum(o_n, gl.maximum(n_end - 1, 0))
     gl.inline_asm_elementwise("prefetch.global.L1 [$1];\n\tmov.u32 $0, 0;", "=r,l", [p_idx + o_n],
@@ -249,8 +250,8 @@ def _scores_by_halves(qa, qb, ka, kb, qc, qd, kc, kd, q_sp, kp, bars, first, sec
 @gluon.jit
 def _valid_rows(p_idx, n0, n_end, n_rows, BLOCK_N: gl.constexpr):
     """Which of entries ``idx[n0:n0 + BLOCK_N]`` name a cache row, in the score tile's column
-    layout (loaded before the score dots are waited for, so that the load's latency hides
-    behind them)."""
+    layout. Warpgroup 0 loads them before its score dots are waited for, so that the loads'
+    latency hides behind them; warpgroup 1 after (live during its dots' issue, they spilled)."""
     S_L: gl.constexpr = S_L32 if BLOCK_N == 32 else S_L64
     b_idx = _row_ids(p_idx, n0, n_end, gl.SliceLayout(0, S_L), BLOCK_N)
     return (b_idx >= 0) & (b_idx < n_rows)

@@ -280,9 +280,9 @@ def test_gluon_pingpong_kernel_compiles(tmp_path):
     tile: warpgroup 0's first tile before its loop and its next ones in the pair step,
     warpgroup 1's in its loop) and its PV dots 128 columns wide (two output tiles, over its own
     tile and the other's; warpgroup 0's pair step is compiled twice, with the next tile's score
-    dots and, for the last pair, without), launched with the producer's warps (the default partition),
-    the two consumer warpgroups at 232 registers and the producer at what is left of the
-    register file (no more)."""
+    dots and, for the last pair, without), launched with the producer's warps (the default
+    partition), the two consumer warpgroups at 232 registers and the producer at what is left
+    of the register file (no more)."""
     counts = _probe(_PINGPONG_PROBE, tmp_path)
     assert len(counts) == 4, counts
     for variant, c in counts.items():

@@ -22,7 +22,8 @@ So one warpgroup's score dots run while the other's softmax does, and each tile'
 computed once, by one warpgroup. Warpgroup 0 issues the next even tile's score dots behind
 its last PV dots of a pair. The four exchanges of a pair (``m0``, ``M``, ``P0``, ``P1``) go
 through hardware barriers of the two warpgroups (``bar.arrive`` by the writer, ``bar.sync``
-by the reader: ``_nb_arrive``, ``_nb_sync``). Each probability tile goes into the rope tile
+by the reader: ``_nb_arrive``, ``_nb_sync``), as does the denominators' exchange at the end
+(both wait; an mbarrier pair until run 139, changed after the last GPU run). Each probability tile goes into the rope tile
 of its own slot, which its score dots have finished reading. The slots are filled by a
 producer (``PW`` warps, as ``sparse_mla_gluon_ws_kernel``'s, here the default partition) in
 halves, each with a ``ready`` and a ``free`` mbarrier: a slot's latent columns 0-255 and
@@ -177,11 +178,10 @@ def _pp_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0
 
 
 # The mbarriers, one allocation: for each set of two slots (pair j uses set j % SETS), each
-# slot's halves' ready (count: the producer's threads) and free (count 1), then the two
-# denominators at the end (count 1 each). Within a set: A0, B0, A1, B1 (slot e's columns
-# 0-255, 256-511, slot o's). (The exchanges within a pair use hardware barriers: _NB_*.)
+# slot's halves' ready (count: the producer's threads) and free (count 1). Within a set: A0,
+# B0, A1, B1 (slot e's columns 0-255, 256-511, slot o's). (The two consumer warpgroups'
+# exchanges use hardware barriers: _NB_*.)
 _A0, _B0, _A1, _B1 = (gl.constexpr(i) for i in range(4))
-_L0, _L1 = gl.constexpr(0), gl.constexpr(1)
 
 
 @gluon.jit
@@ -194,12 +194,6 @@ def _ready(t, half):
 def _free(t, half, SETS: gl.constexpr):
     """Index of the free barrier of ``half`` in slot set ``t``."""
     return 4 * SETS + 4 * t + half
-
-
-@gluon.jit
-def _pair_bar(which: gl.constexpr, SETS: gl.constexpr):
-    """Index of the final barrier ``which`` (_L0, _L1)."""
-    return 8 * SETS + which
 
 
 @gluon.jit
@@ -273,11 +267,12 @@ def _nb_sync(bar_id: gl.constexpr):
                               [gl.program_id(0) * 0 + bar_id], dtype=gl.int32, is_pure=False, pack=1)
 
 
-# The two consumer warpgroups' hardware barriers (bar.arrive by one, bar.sync by the other;
-# ids 0-3 are the compiler's own: the program's, the hand-over to the partitions, and one per
-# consumer partition): warpgroup 0's tile max ready, the pair's joint max ready, P0 ready, P1
-# ready.
-_NB_MAX0, _NB_MAX_JOINT, _NB_P0, _NB_P1 = (gl.constexpr(8 + i) for i in range(4))
+# The two consumer warpgroups' hardware barriers (ids 0-3 are the compiler's own: the
+# program's, the hand-over to the partitions, and one per consumer partition). Per pair, each
+# arrived at by one warpgroup and waited at by the other: warpgroup 0's tile max ready, the
+# pair's joint max ready, P0 ready, P1 ready; at the end, waited at by both: the two
+# denominators stored.
+_NB_MAX0, _NB_MAX_JOINT, _NB_P0, _NB_P1, _NB_L = (gl.constexpr(8 + i) for i in range(5))
 
 
 @gluon.jit
@@ -399,7 +394,7 @@ def _pp_wg0(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, m_smem, 
             s, valid, b_m, b_l, acc_a, acc_b, s_zero, n_pairs - 1, q_s0, q_s1, q_s2, q_s3, q_sp, k_s0,
             k_s1, k_s2, k_s3, kp_s, m_smem, bars, p_idx, n_start, n_end, n_steps, n_rows, qk_scale,
             BLOCK_H, BLOCK_N, SETS, False)
-    b_l = _whole_denominator(b_l, l_smem, bars, 0, SETS)
+    b_l = _whole_denominator(b_l, l_smem, 0)
     _pp_epilogue(acc_a, acc_b, 0, b_m, b_l, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0, n_heads,
                  stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h, HAS_SINK, PARTIAL,
                  True, BLOCK_H, LAT)
@@ -453,19 +448,18 @@ def _pp_wg1(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, m_smem, 
         _arrive(bars, _free(t, _B1, SETS))
         acc_c, acc_d = warpgroup_mma_wait(0, deps=[acc_c, acc_d])
         _arrive(bars, _free(t, _B0, SETS))
-    b_l = _whole_denominator(b_l, l_smem, bars, 1, SETS)
+    b_l = _whole_denominator(b_l, l_smem, 1)
     _pp_epilogue(acc_c, acc_d, 2 * LAT, b_m, b_l, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0, n_heads,
                  stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h, HAS_SINK, PARTIAL,
                  False, BLOCK_H, LAT)
 
 
 @gluon.jit
-def _whole_denominator(b_l, l_smem, bars, wg: gl.constexpr, SETS: gl.constexpr):
+def _whole_denominator(b_l, l_smem, wg: gl.constexpr):
     """Warpgroup ``wg``'s denominator (its tiles', in the final max's terms) plus the other's,
     exchanged through shared memory; the same sum, in the same order, in both."""
     l_smem.index(wg).store(b_l)
-    _arrive(bars, _pair_bar(_L0, SETS) + wg)
-    mbarrier.wait(bars.index(_pair_bar(_L1, SETS) - wg), 0)
+    _nb_sync(_NB_L)
     return l_smem.index(0).load(b_l.type.layout) + l_smem.index(1).load(b_l.type.layout)
 
 
@@ -519,10 +513,10 @@ def sparse_mla_gluon_pp_kernel(
     kp_s = gl.allocate_shared_memory(dtype, [NSLOT, BLOCK_N, D_PE], SMEM)
     m_smem = gl.allocate_shared_memory(gl.float32, [2, BLOCK_H], FLAT1)  # m0, then M
     l_smem = gl.allocate_shared_memory(gl.float32, [2, BLOCK_H], FLAT1)
-    bars = gl.allocate_shared_memory(gl.int64, [8 * SETS + 2, 1], mbarrier.MBarrierLayout())
+    bars = gl.allocate_shared_memory(gl.int64, [8 * SETS, 1], mbarrier.MBarrierLayout())
     for j in gl.static_range(4 * SETS):
         mbarrier.init(bars.index(j), count=32 * PW)  # ready: one per producer thread
-    for j in gl.static_range(4 * SETS + 2):
+    for j in gl.static_range(4 * SETS):
         mbarrier.init(bars.index(4 * SETS + j), count=1)
     fence_async_shared()  # q's stores and the barriers' initialisation, before the partitions
     _barrier()

@@ -724,7 +724,8 @@ def tile_variant(tile, fp8: bool):
         from . import gluon_fp8_producer
 
         return (gluon_fp8_producer.sparse_mla_gluon_fp8_ws_kernel,
-                dict(F16=tile.fp8_f16, NS=NS, PW=pw, BLOCK_H=tile.block_h), tile.num_warps)
+                dict(F16=tile.fp8_f16, NS=NS, PW=pw, BLOCK_H=tile.block_h,
+                     STAGE=gluon_fp8_producer.stage_units(tile.block_h) if tile.staged else 0), tile.num_warps)
     if fp8:
         return sparse_mla_gluon_fp8_kernel, dict(F16=tile.fp8_f16), NUM_WARPS
     if tile.pingpong:

@@ -97,7 +97,10 @@ class TileConfig:
     # passes per warp; the consumers at 232 registers instead of 240, no spills, Triton 3.6 and
     # 3.8). bf16 rows: 1.00-1.04x, 1.16x with random lengths (H200, 2026-12-02, run 87);
     # shipped. fp8_ds_mla rows: 0.95-0.96x with the whole-tile conversion (run 97: at 24
-    # registers the dequantizing producer spills), not timed with the passes; off.
+    # registers the dequantizing producer spills), not timed with the passes; off. On the
+    # few-head fp8 tiles (producer at 128 registers, no spills, half the producer's
+    # instructions per warp): 0.96-0.98x in decode, 1.03x in prefill over 32K rows (H200,
+    # 2026-12-03, run 140); off.
     wide_producer: bool = False
     # With ``producer_warp``: the two consumer warpgroups on alternate tiles, the output's
     # columns split between them (kernels/gluon_pingpong.py), so that one's score dots run
@@ -106,13 +109,9 @@ class TileConfig:
     # kernel (2026-12-02, runs 93 and 95; BENCHMARKS.md "Consumers on alternate tiles"); on
     # in no table.
     pingpong: bool = False
-    # With ``producer_warp`` on a few-head tile (fp8_ds_mla rows): the producer copies rows
-    # into a staging ring of 32-row units (3 at 16 heads, 1.5 tiles ahead of the conversion; 2
-    # at 32, whose q takes more room) and dequantizes them from there into the operand slots,
-    # instead of copying each tile into its operand slot once the consumers free it (one tile
-    # in flight at most; kernels/gluon_fp8_producer.py, _fp8_producer_staged). With 4 producer
-    # warps 0.90-0.92x (H200, 2026-12-03, run 132); on in no table.
-    staged: bool = False
+    # With ``producer_warp`` (64-head bf16 kernel): some of q's tiles as the score dots' A
+    # operand from registers (experiment).
+    q_regs: bool = False
     # With ``gluon``: the Triton tile a call runs where the Gluon kernel does not apply
     # (``without_gluon``; the planner decides it per call, kernels.attention.gluon_applies).
     # None: the same shape with the Gluon-only fields off.
@@ -126,7 +125,7 @@ class TileConfig:
         if self.fallback is not None:
             return self.fallback
         return dataclasses.replace(self, gluon=False, producer_warp=False, qk_ahead=False,
-                                   wide_producer=False, pingpong=False, staged=False,
+                                   wide_producer=False, pingpong=False, q_regs=False,
                                    fp8_f16=self.triton_fp8_f16)
 
     @property
@@ -155,10 +154,6 @@ class TileConfig:
         if self.pingpong and self.qk_ahead:
             raise ValueError("pingpong: the alternate-tile Gluon kernel has no qk_ahead; unset "
                              "one of them")
-        if self.staged and not narrow:
-            raise ValueError(f"staged: only the few-head Gluon tiles (16 or 32 heads x 64 rows, 4 "
-                             f"warps, producer_warp) have a staging ring, got {self.block_h} x "
-                             f"{self.block_n} with {self.num_warps} warps")
         if self.fallback is not None and (self.fallback.gluon or not self.gluon):
             raise ValueError("fallback: a Triton tile (gluon off) for a tile with gluon")
         if self.qk_ahead and not self.producer_warp:

@@ -46,7 +46,7 @@ The same kernel runs the few-head consumers of kernels/gluon_narrow.py (one warp
 along the wgmma's N) where ``BLOCK_H`` is below 64: q loaded by 4 warps, P^T in a tile of its
 own, and the producer at 128 registers (no local memory) instead of 40, since those consumers
 need far fewer than the 64-head ones. There the raw halves of odd rows are swapped
-(``RAW_SWAP``) and each row is converted by 4 threads of one warp, two loads each (``CVT_W4``):
+(``RAW_SWAP``) and each row is converted by 4 threads (``_cvt_layout``):
 conflict-free stores, 1.06-1.11x (run 110); the in-place argument above holds as it is, a
 row's bytes still within its own 128 and loaded by its warp before any store over them.
 
@@ -77,14 +77,25 @@ PRODUCER_REGS_NARROW = gl.constexpr(128)
 RAW_SWAP = gl.constexpr(gl.SharedLinearLayout(offset_bases=[
     [0, 1], [0, 2], [0, 4], [0, 8], [0, 16], [0, 32], [0, 64], [1, 64],
     [2, 0], [4, 0], [8, 0], [16, 0], [32, 0], [64, 0]]))
-# The conversion's layout with RAW_SWAP, 4 warps, [32, 128] raw bytes (two copy passes): 4
-# threads per row, each holding 16 bytes of each half. A quarter-warp (8 threads, rows r and
-# r + 1) then loads row r's first half and row r + 1's (swapped) second half, distinct banks,
-# and stores 16 bytes into even swizzled chunks of one row and odd chunks of the other,
-# distinct banks again. (RAWP, 8 threads per row, stores a row's two halves, 8 KB apart, into
-# the same chunk positions in one phase: 2-way conflicts, run 109's profile.)
-CVT_W4 = gl.constexpr(gl.BlockedLayout([1, 16], [8, 4], [4, 1], [1, 0]))
-SC_W4 = gl.constexpr(gl.BlockedLayout([1, 4], [8, 4], [4, 1], [1, 0]))
+
+
+@gluon.constexpr_function
+def _cvt_layout(PW):
+    """The conversion's layout with RAW_SWAP, ``PW`` warps, [32, 128] raw bytes (two copy
+    passes with 4 warps, one with 8): 4 threads per row; with 4 warps each thread holds 16
+    bytes of each half, with 8 the row's halves go to two warps. A quarter-warp (8 threads,
+    rows r and r + 1) then loads row r's first half and row r + 1's (swapped) second half (or
+    the same logical half of both rows, which the swap puts in different banks), distinct
+    banks, and stores 16 bytes into even swizzled chunks of one row and odd chunks of the
+    other, distinct banks again. (RAWP, 8 threads per row, stores a row's two halves, 8 KB
+    apart, into the same chunk positions in one phase: 2-way conflicts, run 109's profile.)"""
+    return gl.BlockedLayout([1, 16], [8, 4], [4, PW // 4], [1, 0])
+
+
+@gluon.constexpr_function
+def _cvt_scales(PW):
+    """The rows' 4 scales [32, 4] in :func:`_cvt_layout`'s row slice (replicated)."""
+    return gl.BlockedLayout([1, 4], [8, 4], [4, PW // 4], [1, 0])
 
 
 @gluon.jit
@@ -103,47 +114,41 @@ def _raw_half(k_s, slot, SWAP: gl.constexpr = False):
 
 
 @gluon.jit
-def _copy_rows(lat0, lat1, lat2, lat3, sc_dst, pe_dst, kv_ptr, ids, n_rows, stride_kv, RAWP: gl.constexpr,
-               ROPEP: gl.constexpr, SC4: gl.constexpr):
-    """The asynchronous copies of fp8_ds_mla rows ``ids`` ([ROWS] in RAWP's row slice): each
-    row's four 128-byte parts of e4m3 bytes into ``lat0``-``lat3`` ([ROWS, LAT] uint8 views),
-    its 4 fp32 scales into ``sc_dst`` ([ROWS, 4]), its bf16 rope into ``pe_dst`` ([ROWS,
-    D_PE]); one 16-byte copy per thread and destination. Invalid ids (-1 past the end) are
-    zero-filled."""
-    LAT: gl.constexpr = lat0.shape[1]
-    D_PE: gl.constexpr = pe_dst.shape[1]
+def _copy_pass(k_s0, k_s1, k_s2, k_s3, kp_smem, sc_smem, kv_ptr, ids, n_rows, stride_kv, slot,
+               row0: gl.constexpr, RAWP: gl.constexpr, ROPEP: gl.constexpr, SC4: gl.constexpr,
+               SWAP: gl.constexpr = False):
+    """The asynchronous copies of one pass of fp8_ds_mla rows ``ids`` ([ROWS] in RAWP's row
+    slice) into rows ``row0 : row0 + ROWS`` of ring slot ``slot``: each latent tile's e4m3
+    bytes into its second half, each row's 4 fp32 scales into ``sc_smem`` ([NS, BLOCK_N, 4]),
+    the bf16 rope into the rope tile; one 16-byte copy per thread and tile. Invalid ids (-1
+    past the end) are zero-filled."""
+    ROWS: gl.constexpr = ids.shape[0]
+    LAT: gl.constexpr = k_s0.shape[2]
+    D_PE: gl.constexpr = kp_smem.shape[2]
     m_r = ((ids >= 0) & (ids < n_rows))[:, None]
     p_row = kv_ptr + ids.to(gl.int64) * stride_kv
     ptrs = p_row[:, None] + gl.arange(0, LAT, layout=gl.SliceLayout(0, RAWP))[None, :]
-    async_copy.async_copy_global_to_shared(lat0, ptrs, mask=m_r)
-    async_copy.async_copy_global_to_shared(lat1, ptrs + LAT, mask=m_r)
-    async_copy.async_copy_global_to_shared(lat2, ptrs + 2 * LAT, mask=m_r)
-    async_copy.async_copy_global_to_shared(lat3, ptrs + 3 * LAT, mask=m_r)
+    async_copy.async_copy_global_to_shared(_raw_half(k_s0, slot, SWAP).slice(row0, ROWS), ptrs,
+                                           mask=m_r)
+    async_copy.async_copy_global_to_shared(_raw_half(k_s1, slot, SWAP).slice(row0, ROWS), ptrs + LAT,
+                                           mask=m_r)
+    async_copy.async_copy_global_to_shared(_raw_half(k_s2, slot, SWAP).slice(row0, ROWS), ptrs + 2 * LAT,
+                                           mask=m_r)
+    async_copy.async_copy_global_to_shared(_raw_half(k_s3, slot, SWAP).slice(row0, ROWS), ptrs + 3 * LAT,
+                                           mask=m_r)
     ids_s = gl.convert_layout(ids, gl.SliceLayout(1, SC4), assert_trivial=True)
     p_sc = (kv_ptr + ids_s.to(gl.int64) * stride_kv + 4 * LAT).to(gl.pointer_type(gl.float32))
     o_s = gl.arange(0, 4, layout=gl.SliceLayout(0, SC4))
-    async_copy.async_copy_global_to_shared(sc_dst, p_sc[:, None] + o_s[None, :],
+    async_copy.async_copy_global_to_shared(sc_smem.index(slot).slice(row0, ROWS),
+                                           p_sc[:, None] + o_s[None, :],
                                            mask=((ids_s >= 0) & (ids_s < n_rows))[:, None])
     ids_p = gl.convert_layout(ids, gl.SliceLayout(1, ROPEP), assert_trivial=True)
     # formats.FP8_ROPE_BYTE: the rope after 512 e4m3 bytes and 16 bytes of scales
     p_pe = (kv_ptr + ids_p.to(gl.int64) * stride_kv + 4 * LAT + 16).to(gl.pointer_type(gl.bfloat16))
     o_p = gl.arange(0, D_PE, layout=gl.SliceLayout(0, ROPEP))
-    async_copy.async_copy_global_to_shared(pe_dst, p_pe[:, None] + o_p[None, :],
+    async_copy.async_copy_global_to_shared(kp_smem.index(slot).slice(row0, ROWS),
+                                           p_pe[:, None] + o_p[None, :],
                                            mask=((ids_p >= 0) & (ids_p < n_rows))[:, None])
-
-
-@gluon.jit
-def _copy_pass(k_s0, k_s1, k_s2, k_s3, kp_smem, sc_smem, kv_ptr, ids, n_rows, stride_kv, slot,
-               row0: gl.constexpr, RAWP: gl.constexpr, ROPEP: gl.constexpr, SC4: gl.constexpr,
-               SWAP: gl.constexpr = False):
-    """:func:`_copy_rows` of one pass of rows into rows ``row0 : row0 + ROWS`` of ring slot
-    ``slot``: each latent tile's e4m3 bytes into its second half, the scales into ``sc_smem``
-    ([NS, BLOCK_N, 4]), the rope into the rope tile."""
-    ROWS: gl.constexpr = ids.shape[0]
-    _copy_rows(_raw_half(k_s0, slot, SWAP).slice(row0, ROWS), _raw_half(k_s1, slot, SWAP).slice(row0, ROWS),
-               _raw_half(k_s2, slot, SWAP).slice(row0, ROWS), _raw_half(k_s3, slot, SWAP).slice(row0, ROWS),
-               sc_smem.index(slot).slice(row0, ROWS), kp_smem.index(slot).slice(row0, ROWS), kv_ptr, ids,
-               n_rows, stride_kv, RAWP, ROPEP, SC4)
 
 
 @gluon.jit
@@ -162,33 +167,21 @@ def _scaled(b_raw, b_sc4, c: gl.constexpr, F16: gl.constexpr):
 
 
 @gluon.jit
-def _dequant_rows(r0, r1, r2, r3, sc, d0, d1, d2, d3, RAWP: gl.constexpr, SC4: gl.constexpr, F16: gl.constexpr):
-    """The e4m3 bytes of views ``r0``-``r3`` ([ROWS, LAT] uint8) times their rows' scales
-    (``sc``, [ROWS, 4] fp32) into the 16-bit views ``d0``-``d3``. All four parts are loaded
-    before any value is stored (a destination may overlay its source, as in place)."""
-    b_r0 = r0.load(RAWP)  # [ROWS, LAT] uint8
-    b_r1 = r1.load(RAWP)
-    b_r2 = r2.load(RAWP)
-    b_r3 = r3.load(RAWP)
-    b_sc4 = sc.load(SC4)  # [ROWS, 4] fp32
-    d0.store(_scaled(b_r0, b_sc4, 0, F16))
-    d1.store(_scaled(b_r1, b_sc4, 1, F16))
-    d2.store(_scaled(b_r2, b_sc4, 2, F16))
-    d3.store(_scaled(b_r3, b_sc4, 3, F16))
-
-
-@gluon.jit
 def _dequant_pass(k_s0, k_s1, k_s2, k_s3, sc_smem, slot, row0: gl.constexpr, RAWP: gl.constexpr,
                   SC4: gl.constexpr, ROWS: gl.constexpr, F16: gl.constexpr, SWAP: gl.constexpr = False):
     """Rows ``row0 : row0 + ROWS`` of ring slot ``slot``: the four latent tiles' raw bytes
     (their second halves) times the rows' scales into their 16-bit values, in place. Every
     row's bytes of a tile are loaded (one instruction of its warp) before any of its values is
     stored over them; the four tiles' loads come first."""
-    _dequant_rows(_raw_half(k_s0, slot, SWAP).slice(row0, ROWS), _raw_half(k_s1, slot, SWAP).slice(row0, ROWS),
-                  _raw_half(k_s2, slot, SWAP).slice(row0, ROWS), _raw_half(k_s3, slot, SWAP).slice(row0, ROWS),
-                  sc_smem.index(slot).slice(row0, ROWS), k_s0.index(slot).slice(row0, ROWS),
-                  k_s1.index(slot).slice(row0, ROWS), k_s2.index(slot).slice(row0, ROWS),
-                  k_s3.index(slot).slice(row0, ROWS), RAWP, SC4, F16)
+    b_r0 = _raw_half(k_s0, slot, SWAP).slice(row0, ROWS).load(RAWP)  # [ROWS, LAT] uint8
+    b_r1 = _raw_half(k_s1, slot, SWAP).slice(row0, ROWS).load(RAWP)
+    b_r2 = _raw_half(k_s2, slot, SWAP).slice(row0, ROWS).load(RAWP)
+    b_r3 = _raw_half(k_s3, slot, SWAP).slice(row0, ROWS).load(RAWP)
+    b_sc4 = sc_smem.index(slot).slice(row0, ROWS).load(SC4)  # [ROWS, 4] fp32
+    k_s0.index(slot).slice(row0, ROWS).store(_scaled(b_r0, b_sc4, 0, F16))
+    k_s1.index(slot).slice(row0, ROWS).store(_scaled(b_r1, b_sc4, 1, F16))
+    k_s2.index(slot).slice(row0, ROWS).store(_scaled(b_r2, b_sc4, 2, F16))
+    k_s3.index(slot).slice(row0, ROWS).store(_scaled(b_r3, b_sc4, 3, F16))
 
 
 @gluon.jit
@@ -218,18 +211,17 @@ def _convert_tile(k_s0, k_s1, k_s2, k_s3, sc_smem, landed, ready, i, NS: gl.cons
     landed, dequantized in place by ``PW`` warps (so the first passes convert while the last
     still land); then, fenced for the consumers' wgmma, the slot's ``ready`` barrier completed
     (Gluon's ``mbarrier.arrive``: a barrier of the partition's threads, then one arrival).
-    With SWAP (4 warps) through RAW_SWAP in CVT_W4's layout, two passes at a time."""
+    With SWAP through RAW_SWAP in ``_cvt_layout``, 32 rows at a time."""
     ROWS: gl.constexpr = 4 * PW
     PASSES: gl.constexpr = k_s0.shape[1] // ROWS
     slot = i % NS
     if SWAP:
-        CVT: gl.constexpr = gl.BlockedLayout([1, 16], [8, 4], [4, PW // 4], [1, 0])
-        SC: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [4, PW // 4], [1, 0])
-        PER: gl.constexpr = 32 // ROWS  # copy passes per 32-row block
+        PER: gl.constexpr = 32 // ROWS  # copy passes per 32-row block: 2 with 4 warps, 1 with 8
         for j in gl.static_range(PASSES // PER):
             for jj in gl.static_range(PER):
                 mbarrier.wait(landed.index(slot * PASSES + PER * j + jj), (i // NS) & 1)
-            _dequant_pass(k_s0, k_s1, k_s2, k_s3, sc_smem, slot, j * 32, CVT, SC, 32, F16, True)
+            _dequant_pass(k_s0, k_s1, k_s2, k_s3, sc_smem, slot, j * 32, _cvt_layout(PW), _cvt_scales(PW), 32,
+                          F16, True)
     else:
         RAWP: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [PW, 1], [1, 0])
         SC4: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [PW, 1], [1, 0])
@@ -262,7 +254,9 @@ def _fp8_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s
     the ring's addresses, at the same cycles per instruction, the conversion now waiting on
     its shared-memory loads. The copies' lead buys nothing while the producer's own work sets
     the step, although the bare gather with two tiles in flight reaches 87% of copy, run
-    131.)"""
+    131. Nor does halving that work per warp: 8 producer warps, 0.96-0.98x in decode, run 140;
+    the staging ring rebuilt in 32-row units with 8 producer warps, commit 5805310, 0.89-0.92x
+    of 8 in place, run 141.)"""
     # 16 bytes per thread and copy, a row in 8 threads of one warp (RAWP: 128 e4m3 bytes of a
     # latent tile, ROPEP: the rope's 64 bf16, SC4: the row's 4 scales, replicated), 4 rows per
     # warp and pass
@@ -278,101 +272,6 @@ def _fp8_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s
         _convert_tile(k_s0, k_s1, k_s2, k_s3, sc_smem, landed, ready, i, NS, PW, F16, SWAP)
 
 
-# The staging ring of ``TileConfig.staged`` (few-head tiles): units of 32 rows, each unit's
-# four latent parts [32, LAT] uint8 laid out as RAW_SWAP lays out a raw half (the two 64-byte
-# halves of odd rows swapped), so that the conversion's loads and stores stay conflict-free.
-STAGE_SWAP = gl.constexpr(gl.SharedLinearLayout(offset_bases=[
-    [0, 1], [0, 2], [0, 4], [0, 8], [0, 16], [0, 32], [0, 64], [1, 64],
-    [2, 0], [4, 0], [8, 0], [16, 0]]))
-
-
-def stage_units(block_h: int) -> int:
-    """Units of 32 rows in the staging ring beside a few-head tile of ``block_h`` heads: what
-    fits beside its q, two operand slots and P^T, 20.5 KB a unit (3 at 16 heads, 2 at 32)."""
-    return 3 if block_h <= 16 else 2
-
-
-@gluon.jit
-def _stage_part(st_lat, u, c: gl.constexpr):
-    """Latent part ``c`` of staging unit ``u``: [32, LAT] uint8 through STAGE_SWAP."""
-    LAT: gl.constexpr = st_lat.shape[2]
-    return st_lat.index(4 * u + c)._reinterpret(gl.uint8, [32, LAT], STAGE_SWAP)
-
-
-@gluon.jit
-def _stage_unit(st_lat, st_sc, st_pe, kv_ptr, ids, n_rows, stride_kv, landed, g, RAWP: gl.constexpr,
-                ROPEP: gl.constexpr, SC4: gl.constexpr):
-    """Unit ``g``'s copies (``ids`` [PASS_ROWS, PASSES] as ``_pass_ids`` gives them, 32 rows
-    in all) into its place in the staging ring, ``g % UNITS``, each pass followed by this
-    thread's arrival on the unit's ``landed`` barrier when its copies have landed."""
-    UNITS: gl.constexpr = st_sc.shape[0]
-    PASS_ROWS: gl.constexpr = ids.shape[0]
-    PASSES: gl.constexpr = ids.shape[1]
-    u = g % UNITS
-    o_j = gl.arange(0, PASSES, layout=gl.SliceLayout(0, RAWP))
-    for j in gl.static_range(PASSES):
-        b_idx = gl.sum(gl.where(o_j[None, :] == j, ids, 0), axis=1)  # (in-thread)
-        _copy_rows(_stage_part(st_lat, u, 0).slice(j * PASS_ROWS, PASS_ROWS),
-                   _stage_part(st_lat, u, 1).slice(j * PASS_ROWS, PASS_ROWS),
-                   _stage_part(st_lat, u, 2).slice(j * PASS_ROWS, PASS_ROWS),
-                   _stage_part(st_lat, u, 3).slice(j * PASS_ROWS, PASS_ROWS),
-                   st_sc.index(u).slice(j * PASS_ROWS, PASS_ROWS), st_pe.index(u).slice(j * PASS_ROWS, PASS_ROWS),
-                   kv_ptr, b_idx,
-                   n_rows, stride_kv, RAWP, ROPEP, SC4)
-        async_copy.mbarrier_arrive(landed.index(u), increment_count=False)
-
-
-@gluon.jit
-def _fp8_producer_staged(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2, k_s3,
-                         kp_smem, st_lat, st_sc, st_pe, landed, ready, free, BLOCK_N: gl.constexpr,
-                         NS: gl.constexpr, PW: gl.constexpr, F16: gl.constexpr):
-    """The few-head kernel's ``PW`` producer warps with a staging ring (``TileConfig.staged``):
-    the copies go to a ring of ``UNITS`` units of 32 rows apart from the operand slots, a
-    whole ring (1.5 tiles at 3 units) ahead of the conversion, instead of into the operand
-    slot once the consumers free it (one tile in flight at most). Per unit: wait until it
-    landed (before a tile's first unit, also until the consumers freed the slot), dequantize
-    it from the ring into the slot and move its rope, then refill its place with the unit
-    ``UNITS`` on; after the tile's last unit, the slot's ``ready`` barrier."""
-    RAWP: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [PW, 1], [1, 0])
-    ROPEP: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [PW, 1], [1, 0])
-    SC4: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [PW, 1], [1, 0])
-    CVT: gl.constexpr = gl.BlockedLayout([1, 16], [8, 4], [4, PW // 4], [1, 0])
-    SC: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [4, PW // 4], [1, 0])
-    PASS_ROWS: gl.constexpr = 4 * PW
-    PASSES: gl.constexpr = 32 // PASS_ROWS  # per unit
-    UNITS: gl.constexpr = st_sc.shape[0]
-    TILE_UNITS: gl.constexpr = BLOCK_N // 32
-    total = n_steps * TILE_UNITS  # units of this program
-    for g0 in gl.static_range(UNITS):
-        if g0 < total:
-            _stage_unit(st_lat, st_sc, st_pe, kv_ptr,
-                        _pass_ids(p_idx, n_start + 32 * g0, n_end, PASS_ROWS, PASSES, RAWP), n_rows, stride_kv,
-                        landed, g0, RAWP, ROPEP, SC4)
-    # the ids of the next refill (unit UNITS), a unit ahead
-    ids = _pass_ids(p_idx, n_start + 32 * UNITS, n_end, PASS_ROWS, PASSES, RAWP)
-    for i in range(n_steps):
-        slot = i % NS
-        mbarrier.wait(free.index(slot), ((i // NS) & 1) ^ 1)
-        for q in gl.static_range(TILE_UNITS):
-            g = i * TILE_UNITS + q
-            u = g % UNITS
-            mbarrier.wait(landed.index(u), (g // UNITS) & 1)
-            _dequant_rows(_stage_part(st_lat, u, 0), _stage_part(st_lat, u, 1), _stage_part(st_lat, u, 2),
-                          _stage_part(st_lat, u, 3), st_sc.index(u), k_s0.index(slot).slice(32 * q, 32),
-                          k_s1.index(slot).slice(32 * q, 32), k_s2.index(slot).slice(32 * q, 32),
-                          k_s3.index(slot).slice(32 * q, 32), CVT, SC, F16)
-            kp_smem.index(slot).slice(32 * q, 32).store(st_pe.index(u).load(ROPEP))
-            # every producer thread's reads of the unit are done before its refill lands
-            _barrier()
-            if g + UNITS < total:
-                _stage_unit(st_lat, st_sc, st_pe, kv_ptr, ids, n_rows, stride_kv, landed, g + UNITS, RAWP,
-                            ROPEP, SC4)
-            ids = _pass_ids(p_idx, n_start + 32 * (g + UNITS + 1), n_end, PASS_ROWS, PASSES, RAWP)
-        # this thread's stores (generic proxy) before the wgmma's reads
-        fence_async_shared()
-        mbarrier.arrive(ready.index(slot), count=1)
-
-
 @gluon.jit(do_not_specialize=_NOT_SPECIALIZED)
 def sparse_mla_gluon_fp8_ws_kernel(
     q_nope_ptr, q_pe_ptr, kv_ptr, idx_ptr, len_ptr, sink_ptr, out_ptr, lse_ptr,
@@ -381,7 +280,7 @@ def sparse_mla_gluon_fp8_ws_kernel(
     stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
     HAS_LEN: gl.constexpr, HAS_SINK: gl.constexpr, PARTIAL: gl.constexpr,
     BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
-    NS: gl.constexpr, PW: gl.constexpr, F16: gl.constexpr, STAGE: gl.constexpr = 0,
+    NS: gl.constexpr, PW: gl.constexpr, F16: gl.constexpr,
 ):
     """gluon_sm90.sparse_mla_gluon_fp8_kernel's program with its gathers and dequantization in
     ``PW`` producer warps (this module's docstring). With F16 (``TileConfig.fp8_f16``) the
@@ -389,7 +288,7 @@ def sparse_mla_gluon_fp8_ws_kernel(
     ``qk_scale``), the rope dot bf16."""
     NARROW: gl.constexpr = BLOCK_H < 64  # (kernels/gluon_narrow.py's consumers)
     # The raw halves of odd rows swapped, and the conversion's conflict-free layout (RAW_SWAP,
-    # CVT_W4): with the few-head consumers 1.06-1.11x (run 110). Not timed on the 64-head
+    # _cvt_layout): with the few-head consumers 1.06-1.11x (run 110). Not timed on the 64-head
     # kernel, whose producer (40 registers) spills more with it.
     SWAP: gl.constexpr = NARROW
     i_t, h0 = _tile_origin(n_heads, BLOCK_H)
@@ -407,22 +306,13 @@ def sparse_mla_gluon_fp8_ws_kernel(
         p_smem = gluon_narrow.narrow_p_tile(op_t, BLOCK_N, BLOCK_H)
     else:
         p_smem = gl.allocate_shared_memory(op_t, [BLOCK_H, BLOCK_N], SMEM)
-    gl.static_assert(STAGE == 0 or NARROW, "a staging ring only beside the few-head consumers")
-    if STAGE > 0:
-        st_lat = gl.allocate_shared_memory(gl.uint8, [4 * STAGE, 32, LAT], FLAT)
-        st_sc = gl.allocate_shared_memory(gl.float32, [STAGE, 32, 4], FLAT)
-        st_pe = gl.allocate_shared_memory(gl.bfloat16, [STAGE, 32, D_PE], FLAT)
-        LANDED: gl.constexpr = STAGE  # (one barrier per unit of the ring)
-        ARRIVALS: gl.constexpr = 32 * PW * (32 // (4 * PW))  # (each thread once per pass of a unit)
-    else:
-        sc_smem = gl.allocate_shared_memory(gl.float32, [NS, BLOCK_N, 4], FLAT)
-        LANDED: gl.constexpr = NS * (BLOCK_N // (4 * PW))  # (per slot, the producer's passes per tile)
-        ARRIVALS: gl.constexpr = 32 * PW  # (one copy-completion per producer thread)
-    landed = gl.allocate_shared_memory(gl.int64, [LANDED, 1], mbarrier.MBarrierLayout())
+    sc_smem = gl.allocate_shared_memory(gl.float32, [NS, BLOCK_N, 4], FLAT)
+    PASSES: gl.constexpr = BLOCK_N // (4 * PW)  # (the producer's passes per tile)
+    landed = gl.allocate_shared_memory(gl.int64, [NS * PASSES, 1], mbarrier.MBarrierLayout())
     ready = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
     free = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
-    for j in gl.static_range(LANDED):
-        mbarrier.init(landed.index(j), count=ARRIVALS)
+    for j in gl.static_range(NS * PASSES):
+        mbarrier.init(landed.index(j), count=32 * PW)  # one copy-completion per producer thread
     for j in gl.static_range(NS):
         # one arrival: Gluon's mbarrier.arrive is the partition's barrier, then one thread's arrival
         mbarrier.init(ready.index(j), count=1)
@@ -438,23 +328,13 @@ def sparse_mla_gluon_fp8_ws_kernel(
                           (PRODUCER_REGS_W8 if PW == 8 else PRODUCER_REGS_W4))
     # (Gluon takes no function inside a tuple built in the kernel: one call per consumer)
     if NARROW:
-        if STAGE > 0:
-            acc0, acc1, acc2, acc3, b_m, b_l2 = gl.warp_specialize(
-                [(gluon_narrow.narrow_consumer, (q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_smem,
-                                                 p_smem, ready, free, p_idx, n_start, n_end, n_steps, n_rows,
-                                                 qk_scale, BLOCK_H, BLOCK_N, LAT, NS)),
-                 (_fp8_producer_staged, (kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1,
-                                         k_s2, k_s3, kp_smem, st_lat, st_sc, st_pe, landed, ready, free,
-                                         BLOCK_N, NS, PW, F16))],
-                [PW], [REGS])
-        else:
-            acc0, acc1, acc2, acc3, b_m, b_l2 = gl.warp_specialize(
-                [(gluon_narrow.narrow_consumer, (q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_smem,
-                                                 p_smem, ready, free, p_idx, n_start, n_end, n_steps, n_rows,
-                                                 qk_scale, BLOCK_H, BLOCK_N, LAT, NS)),
-                 (_fp8_producer, (kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2,
-                                  k_s3, kp_smem, sc_smem, landed, ready, free, BLOCK_N, NS, PW, F16, SWAP))],
-                [PW], [REGS])
+        acc0, acc1, acc2, acc3, b_m, b_l2 = gl.warp_specialize(
+            [(gluon_narrow.narrow_consumer, (q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_smem,
+                                             p_smem, ready, free, p_idx, n_start, n_end, n_steps, n_rows,
+                                             qk_scale, BLOCK_H, BLOCK_N, LAT, NS)),
+             (_fp8_producer, (kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2,
+                              k_s3, kp_smem, sc_smem, landed, ready, free, BLOCK_N, NS, PW, F16, SWAP))],
+            [PW], [REGS])
         gluon_narrow.narrow_epilogue(acc0, acc1, acc2, acc3, b_m, b_l2, sink_ptr, out_ptr, lse_ptr, i_t,
                                      i_s, h0, n_heads, stride_o_t, stride_o_h, stride_o_s, stride_lse_t,
                                      stride_lse_h, HAS_SINK, PARTIAL, BLOCK_H, LAT)

@@ -109,9 +109,6 @@ class TileConfig:
     # kernel (2026-12-02, runs 93 and 95; BENCHMARKS.md "Consumers on alternate tiles"); on
     # in no table.
     pingpong: bool = False
-    # With ``producer_warp`` (64-head bf16 kernel): some of q's tiles as the score dots' A
-    # operand from registers (experiment).
-    q_regs: bool = False
     # With ``gluon``: the Triton tile a call runs where the Gluon kernel does not apply
     # (``without_gluon``; the planner decides it per call, kernels.attention.gluon_applies).
     # None: the same shape with the Gluon-only fields off.
@@ -125,8 +122,7 @@ class TileConfig:
         if self.fallback is not None:
             return self.fallback
         return dataclasses.replace(self, gluon=False, producer_warp=False, qk_ahead=False,
-                                   wide_producer=False, pingpong=False, q_regs=False,
-                                   fp8_f16=self.triton_fp8_f16)
+                                   wide_producer=False, pingpong=False, fp8_f16=self.triton_fp8_f16)
 
     @property
     def triton_fp8_f16(self) -> bool:

@@ -81,7 +81,6 @@ S_L = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2
 O_L = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
                                              instr_shape=[16, LAT // 2, 16]))
 LN2 = gl.constexpr(math.log(2.0))
-QREG_ON = 2  # (experiment: q's tiles in registers with TileConfig.q_regs)
 # q's scale on its way to fp16 operands (fp8_ds_mla rows with F16): exact, and fp16 then holds
 # a bf16 q up to |q| = 2^24, with bf16's precision down to 2^-6 (kernels.attention.operand_dtype).
 Q_F16_SCALE = gl.constexpr(2.0 ** -8)
@@ -479,8 +478,7 @@ def _ws_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0
 @gluon.jit
 def _ws_consumer(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_smem, p_smem, ready, free,
                  p_idx, n_start, n_end, n_steps, n_rows, qk_scale, BLOCK_H: gl.constexpr,
-                 BLOCK_N: gl.constexpr, LAT: gl.constexpr, NS: gl.constexpr, QK_AHEAD: gl.constexpr,
-                 QREG: gl.constexpr = 0):
+                 BLOCK_N: gl.constexpr, LAT: gl.constexpr, NS: gl.constexpr, QK_AHEAD: gl.constexpr):
     """The 8 warps of the kernel: each step waits for its slot's rows, computes as
     sparse_mla_gluon_kernel does, then frees the slot for the producer. With QK_AHEAD the next
     tile's score dots are issued once this tile's max and rescaling are done, so they run
@@ -488,15 +486,6 @@ def _ws_consumer(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_smem, 
     registers)."""
     b_m, b_l2, acc0, acc1, acc2, acc3 = _init_state(BLOCK_H, BLOCK_N, LAT)
     s_zero = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=S_L)
-    # QREG of q's tiles (the rope first, then latent tiles 0, 1) as the score dots' A operand
-    # from registers, loaded once: those dots then read only the rows from shared memory
-    Q_OP: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=S_L, k_width=2)
-    if QREG >= 1:
-        q_sp = q_sp.load(Q_OP)
-    if QREG >= 2:
-        q_s0 = q_s0.load(Q_OP)
-    if QREG >= 3:
-        q_s1 = q_s1.load(Q_OP)
     if QK_AHEAD:
         # (issued even with no step to run, over whatever the slot holds, and never read: the
         # wait is skipped then, as is the last step's issue below)
@@ -550,7 +539,7 @@ def sparse_mla_gluon_ws_kernel(
     stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
     HAS_LEN: gl.constexpr, HAS_SINK: gl.constexpr, PARTIAL: gl.constexpr,
     BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
-    NS: gl.constexpr, QK_AHEAD: gl.constexpr, PW: gl.constexpr, QREG: gl.constexpr = 0,
+    NS: gl.constexpr, QK_AHEAD: gl.constexpr, PW: gl.constexpr,
 ):
     """sparse_mla_gluon_kernel with its gathers in a producer warpgroup (``gl.warp_specialize``):
     the 8 warps that compute no longer form addresses or issue copies, and wait for a tile on
@@ -586,7 +575,7 @@ def sparse_mla_gluon_ws_kernel(
     acc0, acc1, acc2, acc3, b_m, b_l2 = gl.warp_specialize(
         [(_ws_consumer, (q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_smem, p_smem, ready,
                          free, p_idx, n_start, n_end, n_steps, n_rows, qk_scale, BLOCK_H, BLOCK_N, LAT,
-                         NS, QK_AHEAD, QREG)),
+                         NS, QK_AHEAD)),
          (_ws_producer, (kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2,
                          k_s3, kp_smem, ready, free, BLOCK_N, LAT, D_PE, NS, PW))],
         [PW], [PRODUCER_REGS])
@@ -744,7 +733,7 @@ def tile_variant(tile, fp8: bool):
         return (gluon_pingpong.sparse_mla_gluon_pp_kernel,
                 dict(PW=pw, BLOCK_N=gluon_pingpong.BLOCK_N), pw)  # (the producer's warps)
     if tile.producer_warp:
-        return sparse_mla_gluon_ws_kernel, dict(NS=NS, QK_AHEAD=tile.qk_ahead, PW=pw, QREG=QREG_ON if tile.q_regs else 0), NUM_WARPS
+        return sparse_mla_gluon_ws_kernel, dict(NS=NS, QK_AHEAD=tile.qk_ahead, PW=pw), NUM_WARPS
     return sparse_mla_gluon_kernel, dict(NS=NS), NUM_WARPS
 
 

@@ -46,8 +46,15 @@ rows), with as many instructions as the lockstep kernel but 17.9 cycles per inst
 against 12.75, its producer stalled on its row ids and warpgroup 1 waiting for its tiles.
 8 producer threads per row gave 1.11-1.14x; the ids' prefetch about 1.09x with 64-row tiles
 (0.87x against 0.80x of the lockstep kernel, runs 137 and 138), 0.99-1.01x with 32 (run 137).
-It stays behind: 0.91-0.94x with 32-row tiles and 8 producer warps, 0.96-0.99x with 4 (1.07x
-with random lengths), 0.87-0.95x with 64-row tiles. Not shipped.
+It stayed behind: 0.91-0.94x with 32-row tiles and 8 producer warps, 0.96-0.99x with 4 (1.07x
+with random lengths), 0.87-0.95x with 64-row tiles (run 139). Its producer then loaded each
+half's row ids a half ahead and stalled on them (run 142, Nsight Compute in prefill); both
+tiles' ids loaded once per pair, a pair ahead, gave 1.06x (run 143, 2026-12-03): with 32-row
+tiles and 4 producer warps 1.00-1.02x of the lockstep kernel with 4 (1.19-1.21x with random
+lengths), and against the shipped lockstep kernel (8 producer warps, same call, another
+process) 0.98-0.99x in decode, 0.98-1.00x in prefill, 1.01-1.02x with random lengths; with 8
+producer warps 0.97x; with 64-row tiles (the producer then spills) 0.89x. Not shipped: at
+parity it does not replace a kernel with its sanitizer and vLLM runs behind it.
 
 Import only where Gluon is available and not under the interpreter (as gluon_sm90).
 """
@@ -87,9 +94,6 @@ BLOCK_N = 32
 # each with its own address. 8 was 1.11-1.14x over 16 here (run 137); in the lockstep kernel's
 # producer, which copies all four latent tiles of a row per address, 0.96-0.97x (run 138).
 ROW_THREADS = gl.constexpr(8)
-# The producer's row ids: both tiles' loaded once per pair, a pair ahead (True), or each half's
-# a half ahead (False). Read when a call plans its launch (gluon_sm90.tile_variant).
-IDS_AHEAD = False
 # q loaded by the producer's warps (the kernel's own), 16 bytes per thread.
 Q_PE_W4 = gl.constexpr(gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0]))
 Q_PE_W8 = gl.constexpr(gl.BlockedLayout([1, 8], [4, 8], [8, 1], [1, 0]))
@@ -137,7 +141,7 @@ def _prefetch_ids(p_idx, n0, n_end, COUNT: gl.constexpr, PW: gl.constexpr):
 @gluon.jit
 def _pp_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2, k_s3,
                  kp_s, bars, BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
-                 PW: gl.constexpr, SETS: gl.constexpr, IDS_AHEAD: gl.constexpr = False):
+                 PW: gl.constexpr, SETS: gl.constexpr):
     """The producer: per pair of tiles, into its slot set, the halves in the order they free:
     the even slot's columns 0-255 (warpgroup 0's), the odd slot's 256-511 (warpgroup 1's),
     then the even slot's 256-511 with its rope and the odd slot's 0-255 with its rope (each
@@ -150,52 +154,37 @@ def _pp_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0
     PASS_ROWS: gl.constexpr = PW * 32 // ROW_THREADS
     PASSES: gl.constexpr = BLOCK_N // PASS_ROWS
     o_j = gl.arange(0, PASSES, layout=gl.SliceLayout(0, GATHER))
-    if IDS_AHEAD:
-        # both tiles' row ids loaded once per pair, a pair ahead (their loads' latency behind
-        # a whole pair's copies and waits)
-        ids_e = _pass_ids(p_idx, n_start, n_end, PASS_ROWS, PASSES, GATHER)
-        ids_o = _pass_ids(p_idx, n_start + BLOCK_N, n_end, PASS_ROWS, PASSES, GATHER)
-    else:
-        # Each half's row ids are loaded a half ahead, during the wait for its slot: the
-        # producer holds one half's ids at a time (24 registers).
-        ids = _pass_ids(p_idx, n_start, n_end, PASS_ROWS, PASSES, GATHER)
+    # Both tiles' row ids, loaded once per pair and a pair ahead: their loads' latency hides
+    # behind a whole pair's copies and waits. (Each half's ids loaded a half ahead, twice per
+    # tile, left the producer stalled on them: 22-30% of its stall samples, run 142; a pair
+    # ahead, 1.06x with 4 or 8 producer warps, run 143.)
+    ids_e = _pass_ids(p_idx, n_start, n_end, PASS_ROWS, PASSES, GATHER)
+    ids_o = _pass_ids(p_idx, n_start + BLOCK_N, n_end, PASS_ROWS, PASSES, GATHER)
     for j in range(gl.cdiv(n_steps, 2)):
         ph = ((j // SETS) & 1) ^ 1  # the set's previous pair's phase; its first pair passes
         n0 = n_start + 2 * j * BLOCK_N
         _prefetch_ids(p_idx, n0 + 2 * BLOCK_N, n_end, 2 * BLOCK_N, PW)
+        nxt_e = _pass_ids(p_idx, n0 + 2 * BLOCK_N, n_end, PASS_ROWS, PASSES, GATHER)
+        nxt_o = _pass_ids(p_idx, n0 + 3 * BLOCK_N, n_end, PASS_ROWS, PASSES, GATHER)
         t, e, o = _slots(j, n_steps, SETS)
-        if IDS_AHEAD:
-            nxt_e = _pass_ids(p_idx, n0 + 2 * BLOCK_N, n_end, PASS_ROWS, PASSES, GATHER)
-            nxt_o = _pass_ids(p_idx, n0 + 3 * BLOCK_N, n_end, PASS_ROWS, PASSES, GATHER)
-        else:
-            ids_e = ids
         mbarrier.wait(bars.index(_free(t, _A0, SETS)), ph)
         _copy_half(k_s0, k_s1, kp_s, kv_ptr, ids_e, o_j, n_rows, stride_kv, e, 0, False, GATHER, ROPE,
                    PASS_ROWS, PASSES, LAT, D_PE)
         async_copy.mbarrier_arrive(bars.index(_ready(t, _A0)), increment_count=False)
-        if not IDS_AHEAD:
-            ids_o = _pass_ids(p_idx, n0 + BLOCK_N, n_end, PASS_ROWS, PASSES, GATHER)
         mbarrier.wait(bars.index(_free(t, _B1, SETS)), ph)
         _copy_half(k_s2, k_s3, kp_s, kv_ptr, ids_o, o_j, n_rows, stride_kv, o, 2 * LAT, False, GATHER,
                    ROPE, PASS_ROWS, PASSES, LAT, D_PE)
         async_copy.mbarrier_arrive(bars.index(_ready(t, _B1)), increment_count=False)
-        if not IDS_AHEAD:
-            ids_e = _pass_ids(p_idx, n0, n_end, PASS_ROWS, PASSES, GATHER)
         mbarrier.wait(bars.index(_free(t, _B0, SETS)), ph)
         _copy_half(k_s2, k_s3, kp_s, kv_ptr, ids_e, o_j, n_rows, stride_kv, e, 2 * LAT, True, GATHER,
                    ROPE, PASS_ROWS, PASSES, LAT, D_PE)
         async_copy.mbarrier_arrive(bars.index(_ready(t, _B0)), increment_count=False)
-        if not IDS_AHEAD:
-            ids_o = _pass_ids(p_idx, n0 + BLOCK_N, n_end, PASS_ROWS, PASSES, GATHER)
         mbarrier.wait(bars.index(_free(t, _A1, SETS)), ph)
         _copy_half(k_s0, k_s1, kp_s, kv_ptr, ids_o, o_j, n_rows, stride_kv, o, 0, True, GATHER, ROPE,
                    PASS_ROWS, PASSES, LAT, D_PE)
         async_copy.mbarrier_arrive(bars.index(_ready(t, _A1)), increment_count=False)
-        if IDS_AHEAD:
-            ids_e = nxt_e
-            ids_o = nxt_o
-        else:
-            ids = _pass_ids(p_idx, n0 + 2 * BLOCK_N, n_end, PASS_ROWS, PASSES, GATHER)
+        ids_e = nxt_e
+        ids_o = nxt_o
 
 
 # The mbarriers, one allocation: for each set of two slots (pair j uses set j % SETS), each
@@ -510,7 +499,7 @@ def sparse_mla_gluon_pp_kernel(
     stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
     HAS_LEN: gl.constexpr, HAS_SINK: gl.constexpr, PARTIAL: gl.constexpr,
     BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
-    PW: gl.constexpr, IDS_AHEAD: gl.constexpr = False,
+    PW: gl.constexpr,
 ):
     """One program (one token x 64 heads x one split of its top-k) over rows of q's dtype, as
     gluon_sm90's kernels, with the two consumer warpgroups on alternate tiles (module
@@ -547,7 +536,7 @@ def sparse_mla_gluon_pp_kernel(
     p_idx = idx_ptr + i_t * stride_idx_t
     gl.warp_specialize(
         [(_pp_producer, (kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2,
-                         k_s3, kp_s, bars, BLOCK_N, LAT, D_PE, PW, SETS, IDS_AHEAD)),
+                         k_s3, kp_s, bars, BLOCK_N, LAT, D_PE, PW, SETS)),
          (_pp_wg0, (q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, m_smem, l_smem, bars,
                     p_idx, n_start, n_end, n_steps, n_rows, qk_scale, sink_ptr, out_ptr, lse_ptr, i_t,
                     i_s, h0, n_heads, stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,

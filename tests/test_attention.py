@@ -226,8 +226,8 @@ NARROW_CASES = [
 def test_gluon_narrow(p, block_h, f16, extra, device):
     """The few-head Gluon tile over fp8_ds_mla rows (kernels/gluon_narrow.py: rows along the
     wgmma's M, heads along N, the rows gathered and dequantized by the 4 or 8 producer warps of
-    kernels/gluon_fp8_producer.py) matches the reference,
-    split and not, into fp16 operands (also for a q past fp16's range) and bf16 ones."""
+    kernels/gluon_fp8_producer.py) matches the reference, split and not, into fp16 operands
+    (also for a q past fp16's range) and bf16 ones."""
     tile = configs.TileConfig(block_h, 64, 4, 2, gluon=True, producer_warp=True, fp8_f16=f16, **extra)
     if f16:
         _check_gluon(p, tile, device, q_gain=1e5)

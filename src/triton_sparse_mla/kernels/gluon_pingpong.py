@@ -49,7 +49,8 @@ against 12.75, its producer stalled on its row ids and warpgroup 1 waiting for i
 It stayed behind: 0.91-0.94x with 32-row tiles and 8 producer warps, 0.96-0.99x with 4 (1.07x
 with random lengths), 0.87-0.95x with 64-row tiles (run 139). Its producer then loaded each
 half's row ids a half ahead and stalled on them (run 142, Nsight Compute in prefill); both
-tiles' ids loaded once per pair, a pair ahead, gave 1.06x (run 143, 2026-12-03): with 32-row
+tiles' ids loaded once per pair, a pair ahead, gave 1.06x in decode, 1.01-1.04x in prefill and
+1.10-1.11x with random lengths (run 143, 2026-12-03): with 32-row
 tiles and 4 producer warps 1.00-1.02x of the lockstep kernel with 4 (1.19-1.21x with random
 lengths), and against the shipped lockstep kernel (8 producer warps, same call, another
 process) 0.98-0.99x in decode, 0.98-1.00x in prefill, 1.01-1.02x with random lengths; with 8
@@ -157,7 +158,7 @@ def _pp_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0
     # Both tiles' row ids, loaded once per pair and a pair ahead: their loads' latency hides
     # behind a whole pair's copies and waits. (Each half's ids loaded a half ahead, twice per
     # tile, left the producer stalled on them: 22-30% of its stall samples, run 142; a pair
-    # ahead, 1.06x with 4 or 8 producer warps, run 143.)
+    # ahead, 1.06x in decode with 4 or 8 producer warps, run 143.)
     ids_e = _pass_ids(p_idx, n_start, n_end, PASS_ROWS, PASSES, GATHER)
     ids_o = _pass_ids(p_idx, n_start + BLOCK_N, n_end, PASS_ROWS, PASSES, GATHER)
     for j in range(gl.cdiv(n_steps, 2)):

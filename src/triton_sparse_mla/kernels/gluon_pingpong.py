@@ -50,12 +50,12 @@ It stayed behind: 0.91-0.94x with 32-row tiles and 8 producer warps, 0.96-0.99x 
 with random lengths), 0.87-0.95x with 64-row tiles (run 139). Its producer then loaded each
 half's row ids a half ahead and stalled on them (run 142, Nsight Compute in prefill); both
 tiles' ids loaded once per pair, a pair ahead, gave 1.06x in decode, 1.01-1.04x in prefill and
-1.10-1.11x with random lengths (run 143, 2026-12-03): with 32-row
-tiles and 4 producer warps 1.00-1.02x of the lockstep kernel with 4 (1.19-1.21x with random
-lengths), and against the shipped lockstep kernel (8 producer warps, same call, another
-process) 0.98-0.99x in decode, 0.98-1.00x in prefill, 1.01-1.02x with random lengths; with 8
-producer warps 0.97x; with 64-row tiles (the producer then spills) 0.89x. Not shipped: at
-parity it does not replace a kernel with its sanitizer and vLLM runs behind it.
+1.10-1.11x with random lengths (run 143, 2026-12-03): with 32-row tiles and 4 producer warps
+1.00-1.02x of the lockstep kernel with 4 (1.19-1.21x with random lengths), and against the
+shipped lockstep kernel (8 producer warps, same call, another process) 0.98-0.99x in decode,
+0.98-1.00x in prefill, 1.01-1.02x with random lengths; with 8 producer warps 0.97x; with 64-row
+tiles (the producer then spills) 0.89x. Not shipped: at parity it does not replace a kernel
+with its sanitizer and vLLM runs behind it.
 
 Import only where Gluon is available and not under the interpreter (as gluon_sm90).
 """

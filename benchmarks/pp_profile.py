@@ -10,31 +10,23 @@ run it under ncu as that script's ``ncu`` step runs ncu_profile.py.
 
 import argparse
 import contextlib
-import dataclasses
 
 import torch
 
-from triton_sparse_mla import configs, sparse_mla_attention
+from triton_sparse_mla import sparse_mla_attention
 from triton_sparse_mla.bench import Caches, Workload, make_inputs
 from triton_sparse_mla.kernels import gluon_pingpong
+
+from ncu_profile import field_on  # (a script beside this one: its directory is on the path)
 
 
 @contextlib.contextmanager
 def pingpong(block_n):
     """The shipped plans, with ``pingpong`` on at ``block_n`` rows per tile (None: as shipped)."""
-    shipped = configs.plan_launch
     if block_n is not None:
         gluon_pingpong.BLOCK_N = block_n
-
-        def plan(*args, **kwargs):
-            p = shipped(*args, **kwargs)
-            return dataclasses.replace(p, tile=dataclasses.replace(p.tile, pingpong=True))
-
-        configs.plan_launch = plan
-    try:
+    with field_on(None if block_n is None else "pingpong"):
         yield
-    finally:
-        configs.plan_launch = shipped
 
 
 def main():

@@ -23,14 +23,14 @@ computed once, by one warpgroup. Warpgroup 0 issues the next even tile's score d
 its last PV dots of a pair. The four exchanges of a pair (``m0``, ``M``, ``P0``, ``P1``) go
 through hardware barriers of the two warpgroups (``bar.arrive`` by the writer, ``bar.sync``
 by the reader: ``_nb_arrive``, ``_nb_sync``), as does the denominators' exchange at the end
-(both wait; an mbarrier pair until run 139, changed after the last GPU run). Each probability tile goes into the rope tile
-of its own slot, which its score dots have finished reading. The slots are filled by a
+(both wait). Each probability tile goes into the rope tile of its own slot, which its score
+dots have finished reading. The slots are filled by a
 producer (``PW`` warps, as ``sparse_mla_gluon_ws_kernel``'s, here the default partition) in
 halves, each with a ``ready`` and a ``free`` mbarrier: a slot's latent columns 0-255 and
 256-511 are read by different warpgroups' PV dots and are refilled as soon as their reader is
 done. A pair always has both tiles (past the range's end the rows are zero-filled and masked),
-so no wgmma is in flight across a branch. The producer prefetches the next pair's row ids
-into L1. Tiles have ``BLOCK_N`` rows: 64 in one set of two slots, or 32 in two sets of two,
+so no wgmma is in flight across a branch. The producer loads both tiles' row ids once per
+pair, a pair ahead. Tiles have ``BLOCK_N`` rows: 64 in one set of two slots, or 32 in two sets of two,
 pair ``j`` in set ``j % 2``, so the next pair's copies run during this pair's work.
 
 Shared memory: q 72 KB, four slots of 32 rows (or two of 64) 144 KB, the row max and

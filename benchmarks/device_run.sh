@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One self-contained call on the GPU machine: install, test, sanitize, sweep, benchmark.
 # Usage (on the device, from the repo root): bash benchmarks/device_run.sh [steps...]
-# Steps: tests sanitizer sweep narrow stride fp8sweep splits splits-len warps fp8choice wsparts residency residency-toggle residency-warps ncu exchange apart racecheck racecheck-producer variants wide latency toggle bench prefill (default: tests sanitizer sweep bench
+# Steps: tests sanitizer sweep narrow stride fp8sweep splits splits-len warps fp8choice wsparts residency residency-toggle residency-warps ncu ppc ppncu exchange apart racecheck racecheck-producer variants wide latency toggle bench prefill (default: tests sanitizer sweep bench
 # prefill). toggle and residency-toggle time a boolean TileConfig field off and on, named by
 # $TOGGLE (e.g. TOGGLE=prefetch_idx), on the workloads of one row format if $TOGGLE_FMT is set
 # (e.g. TOGGLE_FMT=fp8_ds_mla) and of the head counts in $TOGGLE_HEADS (toggle only; e.g.
@@ -67,6 +67,20 @@ for s in $steps; do
     residency-warps) timeout 300 python3 benchmarks/residency.py "$OUT/residency-warps.json" --warps ${TOGGLE_FMT:+--fmt $TOGGLE_FMT} 2>&1 | tee "$OUT/residency-warps.log" | grep RES ;;
     toggle) timeout 420 python3 benchmarks/sweep.py "$OUT/sweep-toggle.json" --toggle "$TOGGLE" ${TOGGLE_FMT:+--fmt $TOGGLE_FMT} ${TOGGLE_HEADS:+--heads $TOGGLE_HEADS} ${TOGGLE_BASE:+--base $TOGGLE_BASE} 2>&1 | tee "$OUT/sweep-toggle.log" | grep TOGGLE ;;
     fp8sweep) timeout 330 python3 benchmarks/sweep.py "$OUT/sweep-fp8.json" --fp8 2>&1 | tee "$OUT/sweep-fp8.log" | grep FP8 ;;
+    ppc) # the 64-head bf16 kernels side by side: lockstep, the pingpong forms in $PP_FORMS, FlashMLA
+      timeout 400 python3 benchmarks/pp_compare.py "$OUT/pp-compare.json" ${PP_FORMS:+--forms $PP_FORMS} 2>&1 | tee "$OUT/pp-compare.log" | grep PPC ;;
+    ppncu) # the same kernels under Nsight Compute (decode T=128 over 1M rows, prefill T=4096 over 32K)
+      for ph in "decode --t 128 --rows 1048576" "prefill --t 4096 --rows 32768"; do
+        tag=${ph%% *}
+        timeout 280 ncu --clock-control none --profile-from-start off \
+          --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+          --section SchedulerStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+          --section InstructionStats --section SourceCounters -f -o "$OUT/pp-$tag" \
+          python3 benchmarks/pp_profile.py --phase $ph --flashmla ${PP_FORMS:+--forms $PP_FORMS} 2>&1 | tail -3
+        ncu --import "$OUT/pp-$tag.ncu-rep" --page details --csv > "$OUT/pp-$tag-details.csv" 2>&1
+        ncu --import "$OUT/pp-$tag.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip > "$OUT/pp-$tag-source.csv.gz"
+        rm -f "$OUT/pp-$tag.ncu-rep"
+      done ;;
     bench) timeout 420 python3 -m triton_sparse_mla.cli bench --phase decode --json "$OUT/bench-decode.json" 2> "$OUT/bench-decode.err" | tee "$OUT/bench-decode.log" ;;
     prefill) timeout 420 python3 -m triton_sparse_mla.cli bench --phase prefill --preset all --json "$OUT/bench-prefill.json" 2> "$OUT/bench-prefill.err" | tee "$OUT/bench-prefill.log" ;;
   esac

@@ -98,9 +98,11 @@ ROW_THREADS = gl.constexpr(8)
 # q loaded by the producer's warps (the kernel's own), 16 bytes per thread.
 Q_PE_W4 = gl.constexpr(gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0]))
 Q_PE_W8 = gl.constexpr(gl.BlockedLayout([1, 8], [4, 8], [8, 1], [1, 0]))
-# The consumers' registers: two warpgroups at 232; the producer (the default partition) gets
-# the rest, 24 with 8 warps (2 x 128 x 232 + 256 x 24 = 65536) or 48 with 4.
-CONSUMER_REGS = gl.constexpr(232)
+# The consumers' registers (the kernel's CONSUMER_REGS, which kernels/gluon_sm90.tile_variant
+# passes from here): two warpgroups at 232; the producer (the default partition) gets the
+# rest, 24 with 8 warps (2 x 128 x 232 + 256 x 24 = 65536) or 40 with 4 (Triton launches the
+# 12 warps at 168). At 224 a 4-warp producer gets 56.
+CONSUMER_REGS = 232
 
 
 @gluon.jit
@@ -502,11 +504,11 @@ def sparse_mla_gluon_pp_kernel(
     stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
     HAS_LEN: gl.constexpr, HAS_SINK: gl.constexpr, PARTIAL: gl.constexpr,
     BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
-    PW: gl.constexpr,
+    PW: gl.constexpr, CONSUMER_REGS: gl.constexpr,
 ):
     """One program (one token x 64 heads x one split of its top-k) over rows of q's dtype, as
     gluon_sm90's kernels, with the two consumer warpgroups on alternate tiles (module
-    docstring) and ``PW`` producer warps."""
+    docstring), ``PW`` producer warps and ``CONSUMER_REGS`` registers per consumer thread."""
     i_t, h0 = _tile_origin(n_heads, BLOCK_H)
     q_s0, q_s1, q_s2, q_s3, q_sp = _load_q(q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
                                            stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, LAT, D_PE,

@@ -1,0 +1,93 @@
+"""Time the 64-head bf16 kernels side by side in one process (GPU): the shipped lockstep tile,
+forms of the alternate-tile (pingpong) kernel and FlashMLA, on the same inputs, two rounds
+interleaved; each output compared with the shipped tile's.
+
+A pingpong form is ``pp:BLOCK_N:PW:REGS`` (rows per tile, producer warps, consumer registers:
+kernels/gluon_pingpong.py's BLOCK_N and CONSUMER_REGS, which the launcher reads when a call
+plans its launch, so one process can run several). Prints ``PPC`` lines and writes JSON.
+
+Usage: python benchmarks/pp_compare.py OUT.json [--forms pp:32:4:232,pp:64:4:224]
+"""
+
+import argparse
+import contextlib
+import dataclasses
+import json
+
+import torch
+
+from triton_sparse_mla import configs, sparse_mla_attention
+from triton_sparse_mla.bench import Caches, Workload, flashmla_fn, make_inputs, time_us
+from triton_sparse_mla.kernels import gluon_pingpong
+
+WORKLOADS = [
+    Workload("decode", 128, 64, "bf16"),
+    Workload("decode", 128, 64, "bf16", lengths="random"),
+    Workload("prefill", 4096, 64, "bf16", n_rows=32768),
+    Workload("prefill", 4096, 64, "bf16"),
+]
+
+
+@contextlib.contextmanager
+def form(spec):
+    """The shipped plans, or with ``pp:BLOCK_N:PW:REGS`` their tile as that pingpong form."""
+    if spec == "lockstep":
+        yield
+        return
+    _, block_n, pw, regs = spec.split(":")
+    saved = configs.plan_launch, gluon_pingpong.BLOCK_N, gluon_pingpong.CONSUMER_REGS
+    shipped = saved[0]
+
+    def plan(*args, **kwargs):
+        p = shipped(*args, **kwargs)
+        tile = dataclasses.replace(p.tile, pingpong=True, wide_producer=pw == "8")
+        return dataclasses.replace(p, tile=tile)
+
+    configs.plan_launch = plan
+    gluon_pingpong.BLOCK_N, gluon_pingpong.CONSUMER_REGS = int(block_n), int(regs)
+    try:
+        yield
+    finally:
+        configs.plan_launch, gluon_pingpong.BLOCK_N, gluon_pingpong.CONSUMER_REGS = saved
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--forms", default="pp:32:4:232,pp:64:4:232,pp:64:4:224")
+    a = ap.parse_args()
+    forms = ["lockstep"] + a.forms.split(",")
+    caches, records = Caches(), []
+    for w in WORKLOADS:
+        q, kv, idx, lengths = make_inputs(w, caches)
+        graph = w.phase == "decode"
+        outs, times = {}, {f: [] for f in forms + ["FlashMLA"]}
+        fm = flashmla_fn(w, q, kv, idx, lengths, 576 ** -0.5)
+        for _ in range(2):
+            for f in forms:
+                out = torch.empty(w.t, w.h, 512, device="cuda", dtype=torch.bfloat16)
+
+                def call(f=f, out=out):
+                    with form(f):
+                        sparse_mla_attention(q, kv, idx, 576 ** -0.5, topk_length=lengths, out=out)
+
+                times[f].append(time_us(call, graph=graph))
+                outs.setdefault(f, out.float())
+            if fm is not None:
+                times["FlashMLA"].append(time_us(fm, graph=graph))
+        ref = outs["lockstep"]
+        base = min(times["lockstep"])
+        fm_us = min(times["FlashMLA"]) if times["FlashMLA"] else None
+        for f in forms + (["FlashMLA"] if fm_us else []):
+            us = min(times[f])
+            diff = ((outs[f] - ref).norm() / ref.norm()).item() if f in outs else None
+            records.append(dict(workload=w.name, form=f, us=times[f], best_us=us, rel_diff=diff))
+            print(f"PPC {w.name:34} {f:14} {us:9.1f} us  x{base / us:5.3f} of lockstep"
+                  + (f"  x{fm_us / us:5.3f} of FlashMLA" if fm_us else "")
+                  + (f"  diff={diff:.1e}" if diff is not None else ""), flush=True)
+    with open(a.out, "w") as fh:
+        json.dump(records, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()

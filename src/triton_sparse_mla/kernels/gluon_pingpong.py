@@ -103,6 +103,10 @@ Q_PE_W8 = gl.constexpr(gl.BlockedLayout([1, 8], [4, 8], [8, 1], [1, 0]))
 # rest, 24 with 8 warps (2 x 128 x 232 + 256 x 24 = 65536) or 40 with 4 (Triton launches the
 # 12 warps at 168). At 224 a 4-warp producer gets 56.
 CONSUMER_REGS = 232
+# How a consumer warpgroup frees a half slot (the kernel's FREE_EACH, passed by tile_variant):
+# an arrival per thread on a barrier that counts 128 (True), or a barrier of the warpgroup and
+# one arrival (False).
+FREE_EACH = False
 
 
 @gluon.jit
@@ -131,6 +135,16 @@ def _copy_half(ka, kb, kp, kv_ptr, ids, o_j, n_rows, stride_kv, slot, col0, ROPE
 
 
 @gluon.jit
+def _copy_ids(ids_s, slot, p_idx, n0, n_end, BLOCK_N: gl.constexpr, PW: gl.constexpr):
+    """The asynchronous copy of entries ``idx[n0:n0 + BLOCK_N]`` into ``ids_s[slot]`` (those
+    past ``n_end`` zero-filled), with a tile's first half: the consumer that computes the
+    tile's softmax reads its rows' validity there once that half has landed, instead of
+    loading the ids from global memory and holding them in registers."""
+    o_n = n0 + gl.arange(0, BLOCK_N, layout=gl.BlockedLayout([1], [32], [PW], [0]))
+    async_copy.async_copy_global_to_shared(ids_s.index(slot), p_idx + o_n, mask=o_n < n_end)
+
+
+@gluon.jit
 def _prefetch_ids(p_idx, n0, n_end, COUNT: gl.constexpr, PW: gl.constexpr):
     """Bring entries ``idx[n0:n0 + COUNT]`` (those before ``n_end``) into L1 ahead of their
     loads, holding no register. Without it a tile's ids were first loaded just before its
@@ -143,7 +157,7 @@ def _prefetch_ids(p_idx, n0, n_end, COUNT: gl.constexpr, PW: gl.constexpr):
 
 @gluon.jit
 def _pp_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2, k_s3,
-                 kp_s, bars, BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
+                 kp_s, ids_s, bars, BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
                  PW: gl.constexpr, SETS: gl.constexpr):
     """The producer: per pair of tiles, into its slot set, the halves in the order they free:
     the even slot's columns 0-255 (warpgroup 0's), the odd slot's 256-511 (warpgroup 1's),
@@ -173,10 +187,12 @@ def _pp_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0
         nxt_o = _pass_ids(p_idx, n0 + 3 * BLOCK_N, n_end, PASS_ROWS, PASSES, GATHER)
         t, e, o = _slots(j, n_steps, SETS)
         mbarrier.wait(bars.index(_free(t, _A0, SETS)), ph)
+        _copy_ids(ids_s, e, p_idx, n0, n_end, BLOCK_N, PW)
         _copy_half(k_s0, k_s1, kp_s, kv_ptr, ids_e, o_j, n_rows, stride_kv, e, 0, False, GATHER, ROPE,
                    PASS_ROWS, PASSES, LAT, D_PE)
         async_copy.mbarrier_arrive(bars.index(_ready(t, _A0)), increment_count=False)
         mbarrier.wait(bars.index(_free(t, _B1, SETS)), ph)
+        _copy_ids(ids_s, o, p_idx, n0 + BLOCK_N, n_end, BLOCK_N, PW)
         _copy_half(k_s2, k_s3, kp_s, kv_ptr, ids_o, o_j, n_rows, stride_kv, o, 2 * LAT, False, GATHER,
                    ROPE, PASS_ROWS, PASSES, LAT, D_PE)
         async_copy.mbarrier_arrive(bars.index(_ready(t, _B1)), increment_count=False)
@@ -233,10 +249,16 @@ def _slots(j, n_steps, SETS: gl.constexpr):
 
 
 @gluon.jit
-def _arrive(bars, which):
-    """One arrival on ``bars[which]`` for the warpgroup, once all its threads got here."""
-    _barrier()
-    mbarrier.arrive(bars.index(which), count=1)
+def _arrive(bars, which, FREE_EACH: gl.constexpr):
+    """The warpgroup's arrival on ``bars[which]``: with FREE_EACH one per thread (the barrier
+    counts 128; no warp waits for the others), else one once all its threads got here (a
+    barrier of the warpgroup first; the mbarrier counts 1)."""
+    if FREE_EACH:
+        # (an arrival that lands once this thread's asynchronous copies have: it has none)
+        async_copy.mbarrier_arrive(bars.index(which), increment_count=False)
+    else:
+        _barrier()
+        mbarrier.arrive(bars.index(which), count=1)
 
 
 @gluon.jit
@@ -257,13 +279,14 @@ def _scores_by_halves(qa, qb, ka, kb, qc, qd, kc, kd, q_sp, kp, bars, first, sec
 
 
 @gluon.jit
-def _valid_rows(p_idx, n0, n_end, n_rows, BLOCK_N: gl.constexpr):
+def _valid_rows(ids_s, slot, n0, n_end, n_rows, BLOCK_N: gl.constexpr):
     """Which of entries ``idx[n0:n0 + BLOCK_N]`` name a cache row, in the score tile's column
-    layout. Warpgroup 0 loads them before its score dots are waited for, so that the loads'
-    latency hides behind them; warpgroup 1 after (live during its dots' issue, they spilled)."""
+    layout, from the copy of them in ``ids_s[slot]`` (``_copy_ids``; read once the tile's first
+    half has landed, and before that half is freed)."""
     S_L: gl.constexpr = S_L32 if BLOCK_N == 32 else S_L64
-    b_idx = _row_ids(p_idx, n0, n_end, gl.SliceLayout(0, S_L), BLOCK_N)
-    return (b_idx >= 0) & (b_idx < n_rows)
+    b_idx = ids_s.index(slot).load(gl.SliceLayout(0, S_L))
+    o_n = n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_L))
+    return (b_idx >= 0) & (b_idx < n_rows) & (o_n < n_end)
 
 
 @gluon.jit
@@ -321,13 +344,15 @@ def _softmax_step(s, b_m, b_l, m_new, qk_scale):
 
 
 @gluon.jit
-def _wg0_pair(s, valid, b_m, b_l, acc_a, acc_b, s_zero, j, q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1,
-              k_s2, k_s3, kp_s, m_smem, bars, p_idx, n_start, n_end, n_steps, n_rows, qk_scale,
-              BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, SETS: gl.constexpr, NEXT: gl.constexpr):
-    """Warpgroup 0's part of pair ``j``, from its even tile's raw scores ``s`` (and which of
-    its entries are valid); with NEXT, the next pair's even tile's score dots are issued behind
-    this pair's last PV dots, and returned with its valid entries."""
+def _wg0_pair(s, b_m, b_l, acc_a, acc_b, s_zero, j, q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1,
+              k_s2, k_s3, kp_s, ids_s, m_smem, bars, n_start, n_end, n_steps, n_rows, qk_scale,
+              BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, SETS: gl.constexpr, NEXT: gl.constexpr,
+              FREE_EACH: gl.constexpr):
+    """Warpgroup 0's part of pair ``j``, from its even tile's raw scores ``s``; with NEXT, the
+    next pair's even tile's score dots are issued behind this pair's last PV dots, and
+    returned."""
     t, e, o = _slots(j, n_steps, SETS)
+    valid = _valid_rows(ids_s, e, n_start + 2 * j * BLOCK_N, n_end, n_rows, BLOCK_N)
     s = gl.where(valid[None, :], s, float("-inf"))
     m_0 = gl.maximum(b_m, gl.max(s, axis=1) * qk_scale)
     m_smem.index(0).store(m_0)
@@ -340,7 +365,7 @@ def _wg0_pair(s, valid, b_m, b_l, acc_a, acc_b, s_zero, j, q_s0, q_s1, q_s2, q_s
     acc_a = warpgroup_mma(p_op, k_s0.index(e), acc_a, is_async=True)
     acc_b = warpgroup_mma(p_op, k_s1.index(e), acc_b, is_async=True)
     acc_a, acc_b = warpgroup_mma_wait(0, deps=[acc_a, acc_b])
-    _arrive(bars, _free(t, _A0, SETS))
+    _arrive(bars, _free(t, _A0, SETS), FREE_EACH)
     # the pair's joint max, from warpgroup 1; P0 in its terms for warpgroup 1's PV dots, into
     # the even slot's rope tile (this tile's score dots, its only reader, are done)
     _nb_sync(_NB_MAX_JOINT)
@@ -360,7 +385,6 @@ def _wg0_pair(s, valid, b_m, b_l, acc_a, acc_b, s_zero, j, q_s0, q_s1, q_s2, q_s
     if NEXT:
         # the next even tile's scores behind those PV dots: its columns 0-255 first, then,
         # once the PV dots are done and their half is freed, 256-511 and the rope
-        valid = _valid_rows(p_idx, n_start + (2 * j + 2) * BLOCK_N, n_end, n_rows, BLOCK_N)
         t2, e2, o2 = _slots(j + 1, n_steps, SETS)
         ph2 = ((j + 1) // SETS) & 1
         mbarrier.wait(bars.index(_ready(t2, _A0)), ph2)
@@ -368,7 +392,7 @@ def _wg0_pair(s, valid, b_m, b_l, acc_a, acc_b, s_zero, j, q_s0, q_s1, q_s2, q_s
         s = warpgroup_mma(q_s0, k_s0.index(e2).permute((1, 0)), s_zero, use_acc=False, is_async=True)
         s = warpgroup_mma(q_s1, k_s1.index(e2).permute((1, 0)), s, is_async=True)
         acc_a, acc_b = warpgroup_mma_wait(2, deps=[acc_a, acc_b])
-        _arrive(bars, _free(t, _A1, SETS))
+        _arrive(bars, _free(t, _A1, SETS), FREE_EACH)
         mbarrier.wait(bars.index(_ready(t2, _B0)), ph2)
         fence_async_shared()
         s = warpgroup_mma(q_s2, k_s2.index(e2).permute((1, 0)), s, is_async=True)
@@ -377,22 +401,21 @@ def _wg0_pair(s, valid, b_m, b_l, acc_a, acc_b, s_zero, j, q_s0, q_s1, q_s2, q_s
         s = warpgroup_mma_wait(0, deps=[s])
     else:
         acc_a, acc_b = warpgroup_mma_wait(0, deps=[acc_a, acc_b])
-        _arrive(bars, _free(t, _A1, SETS))
-    return s, valid, m_new, b_l * beta, acc_a, acc_b
+        _arrive(bars, _free(t, _A1, SETS), FREE_EACH)
+    return s, m_new, b_l * beta, acc_a, acc_b
 
 
 @gluon.jit
-def _pp_wg0(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, m_smem, l_smem, bars, p_idx,
+def _pp_wg0(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, ids_s, m_smem, l_smem, bars,
             n_start, n_end, n_steps, n_rows, qk_scale, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0,
             n_heads, stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
             HAS_SINK: gl.constexpr, PARTIAL: gl.constexpr, BLOCK_H: gl.constexpr,
-            BLOCK_N: gl.constexpr, LAT: gl.constexpr, SETS: gl.constexpr):
+            BLOCK_N: gl.constexpr, LAT: gl.constexpr, SETS: gl.constexpr, FREE_EACH: gl.constexpr):
     """Warpgroup 0: the even tiles' scores and output columns 0-255 (module docstring), which
     it writes, with the lse. Each next even tile's score dots run behind a pair's last PV dots
     (``_wg0_pair``), so the last pair is peeled off the loop."""
     b_m, b_l, acc_a, acc_b, s_zero = _wg_state(BLOCK_H, BLOCK_N, LAT)
     n_pairs = gl.cdiv(n_steps, 2)
-    valid = _valid_rows(p_idx, n_start, n_end, n_rows, BLOCK_N)
     s = s_zero
     if n_pairs > 0:
         t, e, o = _slots(0, n_steps, SETS)
@@ -400,15 +423,15 @@ def _pp_wg0(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, m_smem, 
                               k_s3.index(e), q_sp, kp_s.index(e), bars, _ready(t, _A0),
                               _ready(t, _B0), 0, s_zero)
     for j in range(n_pairs - 1):
-        s, valid, b_m, b_l, acc_a, acc_b = _wg0_pair(
-            s, valid, b_m, b_l, acc_a, acc_b, s_zero, j, q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2,
-            k_s3, kp_s, m_smem, bars, p_idx, n_start, n_end, n_steps, n_rows, qk_scale, BLOCK_H, BLOCK_N,
-            SETS, True)
+        s, b_m, b_l, acc_a, acc_b = _wg0_pair(
+            s, b_m, b_l, acc_a, acc_b, s_zero, j, q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3,
+            kp_s, ids_s, m_smem, bars, n_start, n_end, n_steps, n_rows, qk_scale, BLOCK_H, BLOCK_N, SETS,
+            True, FREE_EACH)
     if n_pairs > 0:
-        s, valid, b_m, b_l, acc_a, acc_b = _wg0_pair(
-            s, valid, b_m, b_l, acc_a, acc_b, s_zero, n_pairs - 1, q_s0, q_s1, q_s2, q_s3, q_sp, k_s0,
-            k_s1, k_s2, k_s3, kp_s, m_smem, bars, p_idx, n_start, n_end, n_steps, n_rows, qk_scale,
-            BLOCK_H, BLOCK_N, SETS, False)
+        s, b_m, b_l, acc_a, acc_b = _wg0_pair(
+            s, b_m, b_l, acc_a, acc_b, s_zero, n_pairs - 1, q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1,
+            k_s2, k_s3, kp_s, ids_s, m_smem, bars, n_start, n_end, n_steps, n_rows, qk_scale, BLOCK_H,
+            BLOCK_N, SETS, False, FREE_EACH)
     b_l = _whole_denominator(b_l, l_smem, 0)
     _pp_epilogue(acc_a, acc_b, 0, b_m, b_l, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0, n_heads,
                  stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h, HAS_SINK, PARTIAL,
@@ -416,24 +439,24 @@ def _pp_wg0(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, m_smem, 
 
 
 @gluon.jit
-def _pp_wg1(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, m_smem, l_smem, bars, p_idx,
+def _pp_wg1(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, ids_s, m_smem, l_smem, bars,
             n_start, n_end, n_steps, n_rows, qk_scale, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0,
             n_heads, stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
             HAS_SINK: gl.constexpr, PARTIAL: gl.constexpr, BLOCK_H: gl.constexpr,
-            BLOCK_N: gl.constexpr, LAT: gl.constexpr, SETS: gl.constexpr):
+            BLOCK_N: gl.constexpr, LAT: gl.constexpr, SETS: gl.constexpr, FREE_EACH: gl.constexpr):
     """Warpgroup 1: the odd tiles' scores and output columns 256-511 (module docstring),
     which it writes."""
     b_m, b_l, acc_c, acc_d, s_zero = _wg_state(BLOCK_H, BLOCK_N, LAT)
     for j in range(gl.cdiv(n_steps, 2)):
         ph_set = (j // SETS) & 1
         t, e, o = _slots(j, n_steps, SETS)
-        # the odd tile's scores: its columns 256-511 first (the half refilled first); past the
-        # end of the range its rows are zero-filled and every entry is masked (the ids are
-        # loaded after the dots: live during their issue, they spill)
+        # the odd tile's scores: its columns 256-511 first (the half refilled first, with the
+        # tile's ids); past the end of the range its rows are zero-filled and every entry is
+        # masked
         s = _scores_by_halves(q_s2, q_s3, k_s2.index(o), k_s3.index(o), q_s0, q_s1, k_s0.index(o),
                               k_s1.index(o), q_sp, kp_s.index(o), bars, _ready(t, _B1),
                               _ready(t, _A1), ph_set, s_zero)
-        valid = _valid_rows(p_idx, n_start + (2 * j + 1) * BLOCK_N, n_end, n_rows, BLOCK_N)
+        valid = _valid_rows(ids_s, o, n_start + (2 * j + 1) * BLOCK_N, n_end, n_rows, BLOCK_N)
         s = gl.where(valid[None, :], s, float("-inf"))
         s_max = gl.max(s, axis=1) * qk_scale
         _nb_sync(_NB_MAX0)
@@ -460,9 +483,9 @@ def _pp_wg1(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, m_smem, 
         fence_async_shared()
         _nb_arrive(_NB_P1)
         acc_c, acc_d = warpgroup_mma_wait(2, deps=[acc_c, acc_d])
-        _arrive(bars, _free(t, _B1, SETS))
+        _arrive(bars, _free(t, _B1, SETS), FREE_EACH)
         acc_c, acc_d = warpgroup_mma_wait(0, deps=[acc_c, acc_d])
-        _arrive(bars, _free(t, _B0, SETS))
+        _arrive(bars, _free(t, _B0, SETS), FREE_EACH)
     b_l = _whole_denominator(b_l, l_smem, 1)
     _pp_epilogue(acc_c, acc_d, 2 * LAT, b_m, b_l, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0, n_heads,
                  stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h, HAS_SINK, PARTIAL,
@@ -504,7 +527,7 @@ def sparse_mla_gluon_pp_kernel(
     stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
     HAS_LEN: gl.constexpr, HAS_SINK: gl.constexpr, PARTIAL: gl.constexpr,
     BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
-    PW: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+    PW: gl.constexpr, CONSUMER_REGS: gl.constexpr, FREE_EACH: gl.constexpr,
 ):
     """One program (one token x 64 heads x one split of its top-k) over rows of q's dtype, as
     gluon_sm90's kernels, with the two consumer warpgroups on alternate tiles (module
@@ -526,13 +549,14 @@ def sparse_mla_gluon_pp_kernel(
     # the rope, then P: a probability tile [BLOCK_H, BLOCK_N] takes its slot's rope tile
     gl.static_assert((BLOCK_H == 64) & (D_PE == 64) & ((BLOCK_N == 64) | (BLOCK_N == 32)))
     kp_s = gl.allocate_shared_memory(dtype, [NSLOT, BLOCK_N, D_PE], SMEM)
+    ids_s = gl.allocate_shared_memory(gl.int32, [NSLOT, BLOCK_N], FLAT1)  # each slot's row ids
     m_smem = gl.allocate_shared_memory(gl.float32, [2, BLOCK_H], FLAT1)  # m0, then M
     l_smem = gl.allocate_shared_memory(gl.float32, [2, BLOCK_H], FLAT1)
     bars = gl.allocate_shared_memory(gl.int64, [8 * SETS, 1], mbarrier.MBarrierLayout())
     for j in gl.static_range(4 * SETS):
         mbarrier.init(bars.index(j), count=32 * PW)  # ready: one per producer thread
     for j in gl.static_range(4 * SETS):
-        mbarrier.init(bars.index(4 * SETS + j), count=1)
+        mbarrier.init(bars.index(4 * SETS + j), count=128 if FREE_EACH else 1)  # free
     fence_async_shared()  # q's stores and the barriers' initialisation, before the partitions
     _barrier()
 
@@ -541,13 +565,13 @@ def sparse_mla_gluon_pp_kernel(
     p_idx = idx_ptr + i_t * stride_idx_t
     gl.warp_specialize(
         [(_pp_producer, (kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2,
-                         k_s3, kp_s, bars, BLOCK_N, LAT, D_PE, PW, SETS)),
-         (_pp_wg0, (q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, m_smem, l_smem, bars,
-                    p_idx, n_start, n_end, n_steps, n_rows, qk_scale, sink_ptr, out_ptr, lse_ptr, i_t,
+                         k_s3, kp_s, ids_s, bars, BLOCK_N, LAT, D_PE, PW, SETS)),
+         (_pp_wg0, (q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, ids_s, m_smem, l_smem, bars,
+                    n_start, n_end, n_steps, n_rows, qk_scale, sink_ptr, out_ptr, lse_ptr, i_t,
                     i_s, h0, n_heads, stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
-                    HAS_SINK, PARTIAL, BLOCK_H, BLOCK_N, LAT, SETS)),
-         (_pp_wg1, (q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, m_smem, l_smem, bars,
-                    p_idx, n_start, n_end, n_steps, n_rows, qk_scale, sink_ptr, out_ptr, lse_ptr, i_t,
+                    HAS_SINK, PARTIAL, BLOCK_H, BLOCK_N, LAT, SETS, FREE_EACH)),
+         (_pp_wg1, (q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, ids_s, m_smem, l_smem, bars,
+                    n_start, n_end, n_steps, n_rows, qk_scale, sink_ptr, out_ptr, lse_ptr, i_t,
                     i_s, h0, n_heads, stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
-                    HAS_SINK, PARTIAL, BLOCK_H, BLOCK_N, LAT, SETS))],
+                    HAS_SINK, PARTIAL, BLOCK_H, BLOCK_N, LAT, SETS, FREE_EACH))],
         [4, 4], [CONSUMER_REGS, CONSUMER_REGS])

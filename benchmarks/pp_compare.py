@@ -2,10 +2,10 @@
 forms of the alternate-tile (pingpong) kernel and FlashMLA, on the same inputs, two rounds
 interleaved; each output compared with the shipped tile's.
 
-A pingpong form is ``pp:BLOCK_N:PW:REGS[:each]`` (rows per tile, producer warps, consumer
-registers, and with ``each`` the consumers' per-thread frees: kernels/gluon_pingpong.py's
-BLOCK_N, CONSUMER_REGS and FREE_EACH, which the launcher reads when a call plans its launch,
-so one process can run several). Prints ``PPC`` lines and writes JSON.
+A pingpong form is ``pp:BLOCK_N:PW:REGS[:each][:early]`` (rows per tile, producer warps,
+consumer registers, with ``each`` the consumers' per-thread frees, with ``early`` warpgroup 1's
+early hand-over: kernels/gluon_pingpong.py's BLOCK_N, CONSUMER_REGS, FREE_EACH and EARLY, which
+the launcher reads when a call plans its launch, so one process can run several). Prints ``PPC`` lines and writes JSON.
 
 Usage: python benchmarks/pp_compare.py OUT.json [--forms pp:32:4:232,pp:64:4:224]
 """
@@ -31,14 +31,14 @@ WORKLOADS = [
 
 @contextlib.contextmanager
 def form(spec):
-    """The shipped plans, or with ``pp:BLOCK_N:PW:REGS[:each]`` their tile as that pingpong
-    form."""
+    """The shipped plans, or with ``pp:BLOCK_N:PW:REGS[:each][:early]`` their tile as that
+    pingpong form."""
     if spec == "lockstep":
         yield
         return
-    _, block_n, pw, regs, *each = spec.split(":")
+    _, block_n, pw, regs, *flags = spec.split(":")
     gp = gluon_pingpong
-    saved = configs.plan_launch, gp.BLOCK_N, gp.CONSUMER_REGS, gp.FREE_EACH
+    saved = configs.plan_launch, gp.BLOCK_N, gp.CONSUMER_REGS, gp.FREE_EACH, gp.EARLY
     shipped = saved[0]
 
     def plan(*args, **kwargs):
@@ -47,11 +47,12 @@ def form(spec):
         return dataclasses.replace(p, tile=tile)
 
     configs.plan_launch = plan
-    gp.BLOCK_N, gp.CONSUMER_REGS, gp.FREE_EACH = int(block_n), int(regs), each == ["each"]
+    gp.BLOCK_N, gp.CONSUMER_REGS = int(block_n), int(regs)
+    gp.FREE_EACH, gp.EARLY = "each" in flags, "early" in flags
     try:
         yield
     finally:
-        configs.plan_launch, gp.BLOCK_N, gp.CONSUMER_REGS, gp.FREE_EACH = saved
+        configs.plan_launch, gp.BLOCK_N, gp.CONSUMER_REGS, gp.FREE_EACH, gp.EARLY = saved
 
 
 def main():

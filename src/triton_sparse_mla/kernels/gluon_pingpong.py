@@ -107,6 +107,10 @@ CONSUMER_REGS = 232
 # an arrival per thread on a barrier that counts 128 (True), or a barrier of the warpgroup and
 # one arrival (False).
 FREE_EACH = False
+# Whether warpgroup 1 hands P1 over and frees the odd slot's columns 256-511 before it waits for
+# P0 (the kernel's EARLY, passed by tile_variant; untimed), or after issuing its PV dots over P0
+# (as FlashMLA's kernel orders them).
+EARLY = False
 
 
 @gluon.jit
@@ -443,7 +447,8 @@ def _pp_wg1(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, ids_s, m
             n_start, n_end, n_steps, n_rows, qk_scale, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0,
             n_heads, stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
             HAS_SINK: gl.constexpr, PARTIAL: gl.constexpr, BLOCK_H: gl.constexpr,
-            BLOCK_N: gl.constexpr, LAT: gl.constexpr, SETS: gl.constexpr, FREE_EACH: gl.constexpr):
+            BLOCK_N: gl.constexpr, LAT: gl.constexpr, SETS: gl.constexpr, FREE_EACH: gl.constexpr,
+            EARLY: gl.constexpr):
     """Warpgroup 1: the odd tiles' scores and output columns 256-511 (module docstring),
     which it writes."""
     b_m, b_l, acc_c, acc_d, s_zero = _wg_state(BLOCK_H, BLOCK_N, LAT)
@@ -475,15 +480,28 @@ def _pp_wg1(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, ids_s, m
         # P1 for warpgroup 0's PV dots, into the odd slot's rope tile (read by the score dots
         # above, which are done), while these PV dots run
         _p_tile(kp_s, o, BLOCK_H, BLOCK_N).store(p_bf)
-        # the even tile's rows, with warpgroup 0's probabilities (shared memory)
-        _nb_sync(_NB_P0)
-        p0 = _p_tile(kp_s, e, BLOCK_H, BLOCK_N)
-        acc_c = warpgroup_mma(p0, k_s2.index(e), acc_c, is_async=True)
-        acc_d = warpgroup_mma(p0, k_s3.index(e), acc_d, is_async=True)
-        fence_async_shared()
-        _nb_arrive(_NB_P1)
-        acc_c, acc_d = warpgroup_mma_wait(2, deps=[acc_c, acc_d])
-        _arrive(bars, _free(t, _B1, SETS), FREE_EACH)
+        if EARLY:
+            # P1 handed over and the odd slot's columns 256-511 freed before waiting for P0:
+            # warpgroup 0 need not wait for this warpgroup's wait, and the half this warpgroup
+            # needs first in the next pair is refilled sooner
+            fence_async_shared()
+            _nb_arrive(_NB_P1)
+            acc_c, acc_d = warpgroup_mma_wait(0, deps=[acc_c, acc_d])
+            _arrive(bars, _free(t, _B1, SETS), FREE_EACH)
+            _nb_sync(_NB_P0)
+            p0 = _p_tile(kp_s, e, BLOCK_H, BLOCK_N)
+            acc_c = warpgroup_mma(p0, k_s2.index(e), acc_c, is_async=True)
+            acc_d = warpgroup_mma(p0, k_s3.index(e), acc_d, is_async=True)
+        else:
+            # the even tile's rows, with warpgroup 0's probabilities (shared memory)
+            _nb_sync(_NB_P0)
+            p0 = _p_tile(kp_s, e, BLOCK_H, BLOCK_N)
+            acc_c = warpgroup_mma(p0, k_s2.index(e), acc_c, is_async=True)
+            acc_d = warpgroup_mma(p0, k_s3.index(e), acc_d, is_async=True)
+            fence_async_shared()
+            _nb_arrive(_NB_P1)
+            acc_c, acc_d = warpgroup_mma_wait(2, deps=[acc_c, acc_d])
+            _arrive(bars, _free(t, _B1, SETS), FREE_EACH)
         acc_c, acc_d = warpgroup_mma_wait(0, deps=[acc_c, acc_d])
         _arrive(bars, _free(t, _B0, SETS), FREE_EACH)
     b_l = _whole_denominator(b_l, l_smem, 1)
@@ -527,7 +545,7 @@ def sparse_mla_gluon_pp_kernel(
     stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
     HAS_LEN: gl.constexpr, HAS_SINK: gl.constexpr, PARTIAL: gl.constexpr,
     BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
-    PW: gl.constexpr, CONSUMER_REGS: gl.constexpr, FREE_EACH: gl.constexpr,
+    PW: gl.constexpr, CONSUMER_REGS: gl.constexpr, FREE_EACH: gl.constexpr, EARLY: gl.constexpr,
 ):
     """One program (one token x 64 heads x one split of its top-k) over rows of q's dtype, as
     gluon_sm90's kernels, with the two consumer warpgroups on alternate tiles (module
@@ -573,5 +591,5 @@ def sparse_mla_gluon_pp_kernel(
          (_pp_wg1, (q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, ids_s, m_smem, l_smem, bars,
                     n_start, n_end, n_steps, n_rows, qk_scale, sink_ptr, out_ptr, lse_ptr, i_t,
                     i_s, h0, n_heads, stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
-                    HAS_SINK, PARTIAL, BLOCK_H, BLOCK_N, LAT, SETS, FREE_EACH))],
+                    HAS_SINK, PARTIAL, BLOCK_H, BLOCK_N, LAT, SETS, FREE_EACH, EARLY))],
         [4, 4], [CONSUMER_REGS, CONSUMER_REGS])

@@ -68,7 +68,8 @@ for s in $steps; do
     toggle) timeout 420 python3 benchmarks/sweep.py "$OUT/sweep-toggle.json" --toggle "$TOGGLE" ${TOGGLE_FMT:+--fmt $TOGGLE_FMT} ${TOGGLE_HEADS:+--heads $TOGGLE_HEADS} ${TOGGLE_BASE:+--base $TOGGLE_BASE} 2>&1 | tee "$OUT/sweep-toggle.log" | grep TOGGLE ;;
     fp8sweep) timeout 330 python3 benchmarks/sweep.py "$OUT/sweep-fp8.json" --fp8 2>&1 | tee "$OUT/sweep-fp8.log" | grep FP8 ;;
     ppc) # the 64-head bf16 kernels side by side: lockstep, the pingpong forms in $PP_FORMS, FlashMLA
-      timeout 400 python3 benchmarks/pp_compare.py "$OUT/pp-compare.json" ${PP_FORMS:+--forms $PP_FORMS} 2>&1 | tee "$OUT/pp-compare.log" | grep PPC ;;
+      # (PP_ALL=1: also 128 heads and split decode)
+      timeout 560 python3 benchmarks/pp_compare.py "$OUT/pp-compare.json" ${PP_FORMS:+--forms $PP_FORMS} ${PP_ALL:+--all} 2>&1 | tee "$OUT/pp-compare.log" | grep PPC ;;
     ppncu) # the same kernels under Nsight Compute (decode T=128 over 1M rows, prefill T=4096 over 32K)
       for ph in "decode --t 128 --rows 1048576" "prefill --t 4096 --rows 32768"; do
         tag=${ph%% *}

@@ -1,13 +1,13 @@
 """Time the 64-head bf16 kernels side by side in one process (GPU): the shipped lockstep tile,
 forms of the alternate-tile (pingpong) kernel and FlashMLA, on the same inputs, two rounds
-interleaved; each output compared with the shipped tile's.
+interleaved (the best of the two is reported); each output compared with the shipped tile's.
 
 A pingpong form is ``pp:BLOCK_N:PW:REGS[:each][:early]`` (rows per tile, producer warps,
 consumer registers, with ``each`` the consumers' per-thread frees, with ``early`` warpgroup 1's
 early hand-over: kernels/gluon_pingpong.py's BLOCK_N, CONSUMER_REGS, FREE_EACH and EARLY, which
 the launcher reads when a call plans its launch, so one process can run several). Prints ``PPC`` lines and writes JSON.
 
-Usage: python benchmarks/pp_compare.py OUT.json [--forms pp:32:4:232,pp:64:4:224]
+Usage: python benchmarks/pp_compare.py OUT.json [--forms pp:32:4:232,pp:64:4:224] [--all]
 """
 
 import argparse
@@ -18,7 +18,7 @@ import json
 import torch
 
 from triton_sparse_mla import configs, sparse_mla_attention
-from triton_sparse_mla.bench import Caches, Workload, flashmla_fn, make_inputs, time_us
+from triton_sparse_mla.bench import Caches, Workload, flashmla_fn, header, make_inputs, time_us
 from triton_sparse_mla.kernels import gluon_pingpong
 
 WORKLOADS = [
@@ -26,6 +26,15 @@ WORKLOADS = [
     Workload("decode", 128, 64, "bf16", lengths="random"),
     Workload("prefill", 4096, 64, "bf16", n_rows=32768),
     Workload("prefill", 4096, 64, "bf16"),
+]
+# --all adds the other rows the 64-head bf16 tile serves: 128 heads (two programs per token),
+# split decode (T=1, T=32: partial outputs and the combine).
+MORE_WORKLOADS = [
+    Workload("decode", 128, 128, "bf16"),
+    Workload("decode", 32, 128, "bf16"),
+    Workload("decode", 1, 64, "bf16"),
+    Workload("decode", 32, 64, "bf16", lengths="random"),
+    Workload("prefill", 4096, 128, "bf16", n_rows=32768),
 ]
 
 
@@ -59,10 +68,11 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
     ap.add_argument("--forms", default="pp:32:4:232,pp:64:4:232,pp:64:4:224")
+    ap.add_argument("--all", action="store_true")
     a = ap.parse_args()
     forms = ["lockstep"] + a.forms.split(",")
     caches, records = Caches(), []
-    for w in WORKLOADS:
+    for w in WORKLOADS + (MORE_WORKLOADS if a.all else []):
         q, kv, idx, lengths = make_inputs(w, caches)
         graph = w.phase == "decode"
         outs, times = {}, {f: [] for f in forms + ["FlashMLA"]}
@@ -90,7 +100,7 @@ def main():
                   + (f"  x{fm_us / us:5.3f} of FlashMLA" if fm_us else "")
                   + (f"  diff={diff:.1e}" if diff is not None else ""), flush=True)
     with open(a.out, "w") as fh:
-        json.dump(records, fh, indent=1)
+        json.dump(dict(header=header(), records=records), fh, indent=1)
 
 
 if __name__ == "__main__":

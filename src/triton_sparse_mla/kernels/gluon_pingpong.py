@@ -105,12 +105,13 @@ Q_PE_W8 = gl.constexpr(gl.BlockedLayout([1, 8], [4, 8], [8, 1], [1, 0]))
 CONSUMER_REGS = 232
 # How a consumer warpgroup frees a half slot (the kernel's FREE_EACH, passed by tile_variant):
 # an arrival per thread on a barrier that counts 128 (True), or a barrier of the warpgroup and
-# one arrival (False).
+# one arrival (False). Within noise of each other (0.98-1.02x; H200, 2026-12-03, run 147).
 FREE_EACH = False
 # Whether warpgroup 1 hands P1 over and frees the odd slot's columns 256-511 before it waits for
-# P0 (the kernel's EARLY, passed by tile_variant; untimed), or after issuing its PV dots over P0
-# (as FlashMLA's kernel orders them).
-EARLY = False
+# P0 (the kernel's EARLY, passed by tile_variant), or after issuing its PV dots over P0 (as
+# FlashMLA's kernel orders them). Early: 1.04-1.05x with 64-row tiles, 1.00-1.04x with 32
+# (0.98x in prefill over 32K rows; H200, 2026-12-03, run 149).
+EARLY = True
 
 
 @gluon.jit

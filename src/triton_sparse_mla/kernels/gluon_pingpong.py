@@ -112,6 +112,10 @@ FREE_EACH = False
 # FlashMLA's kernel orders them). Early: 1.04-1.05x with 64-row tiles, 1.00-1.04x with 32
 # (0.98x in prefill over 32K rows; H200, 2026-12-03, run 149).
 EARLY = True
+# Whether P1 has a buffer of its own (the kernel's P1_APART, passed by tile_variant; 8 KB more,
+# 231 KB in all; untimed) so that the odd tile's rope refills with its columns 256-511, or goes
+# into the odd slot's rope tile, which then refills only after warpgroup 0's last PV dots.
+P1_APART = False
 
 
 @gluon.jit
@@ -163,7 +167,7 @@ def _prefetch_ids(p_idx, n0, n_end, COUNT: gl.constexpr, PW: gl.constexpr):
 @gluon.jit
 def _pp_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2, k_s3,
                  kp_s, ids_s, bars, BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
-                 PW: gl.constexpr, SETS: gl.constexpr):
+                 PW: gl.constexpr, SETS: gl.constexpr, P1_APART: gl.constexpr):
     """The producer: per pair of tiles, into its slot set, the halves in the order they free:
     the even slot's columns 0-255 (warpgroup 0's), the odd slot's 256-511 (warpgroup 1's),
     then the even slot's 256-511 with its rope and the odd slot's 0-255 with its rope (each
@@ -198,7 +202,7 @@ def _pp_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0
         async_copy.mbarrier_arrive(bars.index(_ready(t, _A0)), increment_count=False)
         mbarrier.wait(bars.index(_free(t, _B1, SETS)), ph)
         _copy_ids(ids_s, o, p_idx, n0 + BLOCK_N, n_end, BLOCK_N, PW)
-        _copy_half(k_s2, k_s3, kp_s, kv_ptr, ids_o, o_j, n_rows, stride_kv, o, 2 * LAT, False, GATHER,
+        _copy_half(k_s2, k_s3, kp_s, kv_ptr, ids_o, o_j, n_rows, stride_kv, o, 2 * LAT, P1_APART, GATHER,
                    ROPE, PASS_ROWS, PASSES, LAT, D_PE)
         async_copy.mbarrier_arrive(bars.index(_ready(t, _B1)), increment_count=False)
         mbarrier.wait(bars.index(_free(t, _B0, SETS)), ph)
@@ -206,7 +210,7 @@ def _pp_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0
                    ROPE, PASS_ROWS, PASSES, LAT, D_PE)
         async_copy.mbarrier_arrive(bars.index(_ready(t, _B0)), increment_count=False)
         mbarrier.wait(bars.index(_free(t, _A1, SETS)), ph)
-        _copy_half(k_s0, k_s1, kp_s, kv_ptr, ids_o, o_j, n_rows, stride_kv, o, 0, True, GATHER, ROPE,
+        _copy_half(k_s0, k_s1, kp_s, kv_ptr, ids_o, o_j, n_rows, stride_kv, o, 0, not P1_APART, GATHER, ROPE,
                    PASS_ROWS, PASSES, LAT, D_PE)
         async_copy.mbarrier_arrive(bars.index(_ready(t, _A1)), increment_count=False)
         ids_e = nxt_e
@@ -239,6 +243,17 @@ def _p_tile(kp_s, slot, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr):
     view = kp_s.index(slot)  # [BLOCK_N, D_PE] with D_PE == BLOCK_H == 64
     if BLOCK_N != BLOCK_H:
         view = view._reinterpret(kp_s.dtype, [BLOCK_H, BLOCK_N], P32_SMEM)
+    return view
+
+
+@gluon.jit
+def _p1_tile(kp_s, p1_s, o, t, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, P1_APART: gl.constexpr):
+    """Where P1 goes: its own buffer of slot set ``t`` (P1_APART: the odd tile's rope then
+    refills with its columns 256-511), or the odd slot's rope tile."""
+    if P1_APART:
+        view = p1_s.index(t)
+    else:
+        view = _p_tile(kp_s, o, BLOCK_H, BLOCK_N)
     return view
 
 
@@ -350,9 +365,9 @@ def _softmax_step(s, b_m, b_l, m_new, qk_scale):
 
 @gluon.jit
 def _wg0_pair(s, b_m, b_l, acc_a, acc_b, s_zero, j, q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1,
-              k_s2, k_s3, kp_s, ids_s, m_smem, bars, n_start, n_end, n_steps, n_rows, qk_scale,
+              k_s2, k_s3, kp_s, ids_s, p1_s, m_smem, bars, n_start, n_end, n_steps, n_rows, qk_scale,
               BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, SETS: gl.constexpr, NEXT: gl.constexpr,
-              FREE_EACH: gl.constexpr):
+              FREE_EACH: gl.constexpr, P1_APART: gl.constexpr):
     """Warpgroup 0's part of pair ``j``, from its even tile's raw scores ``s``; with NEXT, the
     next pair's even tile's score dots are issued behind this pair's last PV dots, and
     returned."""
@@ -384,7 +399,7 @@ def _wg0_pair(s, b_m, b_l, acc_a, acc_b, s_zero, j, q_s0, q_s1, q_s2, q_s3, q_sp
     acc_b = acc_b * b_o
     # the odd tile's rows, with warpgroup 1's probabilities (shared memory)
     _nb_sync(_NB_P1)
-    p1 = _p_tile(kp_s, o, BLOCK_H, BLOCK_N)
+    p1 = _p1_tile(kp_s, p1_s, o, t, BLOCK_H, BLOCK_N, P1_APART)
     acc_a = warpgroup_mma(p1, k_s0.index(o), acc_a, is_async=True)
     acc_b = warpgroup_mma(p1, k_s1.index(o), acc_b, is_async=True)
     if NEXT:
@@ -411,11 +426,12 @@ def _wg0_pair(s, b_m, b_l, acc_a, acc_b, s_zero, j, q_s0, q_s1, q_s2, q_s3, q_sp
 
 
 @gluon.jit
-def _pp_wg0(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, ids_s, m_smem, l_smem, bars,
+def _pp_wg0(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, ids_s, p1_s, m_smem, l_smem, bars,
             n_start, n_end, n_steps, n_rows, qk_scale, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0,
             n_heads, stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
             HAS_SINK: gl.constexpr, PARTIAL: gl.constexpr, BLOCK_H: gl.constexpr,
-            BLOCK_N: gl.constexpr, LAT: gl.constexpr, SETS: gl.constexpr, FREE_EACH: gl.constexpr):
+            BLOCK_N: gl.constexpr, LAT: gl.constexpr, SETS: gl.constexpr, FREE_EACH: gl.constexpr,
+            P1_APART: gl.constexpr):
     """Warpgroup 0: the even tiles' scores and output columns 0-255 (module docstring), which
     it writes, with the lse. Each next even tile's score dots run behind a pair's last PV dots
     (``_wg0_pair``), so the last pair is peeled off the loop."""
@@ -430,13 +446,13 @@ def _pp_wg0(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, ids_s, m
     for j in range(n_pairs - 1):
         s, b_m, b_l, acc_a, acc_b = _wg0_pair(
             s, b_m, b_l, acc_a, acc_b, s_zero, j, q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3,
-            kp_s, ids_s, m_smem, bars, n_start, n_end, n_steps, n_rows, qk_scale, BLOCK_H, BLOCK_N, SETS,
-            True, FREE_EACH)
+            kp_s, ids_s, p1_s, m_smem, bars, n_start, n_end, n_steps, n_rows, qk_scale, BLOCK_H, BLOCK_N,
+            SETS, True, FREE_EACH, P1_APART)
     if n_pairs > 0:
         s, b_m, b_l, acc_a, acc_b = _wg0_pair(
             s, b_m, b_l, acc_a, acc_b, s_zero, n_pairs - 1, q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1,
-            k_s2, k_s3, kp_s, ids_s, m_smem, bars, n_start, n_end, n_steps, n_rows, qk_scale, BLOCK_H,
-            BLOCK_N, SETS, False, FREE_EACH)
+            k_s2, k_s3, kp_s, ids_s, p1_s, m_smem, bars, n_start, n_end, n_steps, n_rows, qk_scale,
+            BLOCK_H, BLOCK_N, SETS, False, FREE_EACH, P1_APART)
     b_l = _whole_denominator(b_l, l_smem, 0)
     _pp_epilogue(acc_a, acc_b, 0, b_m, b_l, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0, n_heads,
                  stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h, HAS_SINK, PARTIAL,
@@ -444,12 +460,12 @@ def _pp_wg0(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, ids_s, m
 
 
 @gluon.jit
-def _pp_wg1(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, ids_s, m_smem, l_smem, bars,
+def _pp_wg1(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, ids_s, p1_s, m_smem, l_smem, bars,
             n_start, n_end, n_steps, n_rows, qk_scale, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0,
             n_heads, stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
             HAS_SINK: gl.constexpr, PARTIAL: gl.constexpr, BLOCK_H: gl.constexpr,
             BLOCK_N: gl.constexpr, LAT: gl.constexpr, SETS: gl.constexpr, FREE_EACH: gl.constexpr,
-            EARLY: gl.constexpr):
+            EARLY: gl.constexpr, P1_APART: gl.constexpr):
     """Warpgroup 1: the odd tiles' scores and output columns 256-511 (module docstring),
     which it writes."""
     b_m, b_l, acc_c, acc_d, s_zero = _wg_state(BLOCK_H, BLOCK_N, LAT)
@@ -480,7 +496,7 @@ def _pp_wg1(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, ids_s, m
         acc_d = warpgroup_mma(p_op, k_s3.index(o), acc_d, is_async=True)
         # P1 for warpgroup 0's PV dots, into the odd slot's rope tile (read by the score dots
         # above, which are done), while these PV dots run
-        _p_tile(kp_s, o, BLOCK_H, BLOCK_N).store(p_bf)
+        _p1_tile(kp_s, p1_s, o, t, BLOCK_H, BLOCK_N, P1_APART).store(p_bf)
         if EARLY:
             # P1 handed over and the odd slot's columns 256-511 freed before waiting for P0:
             # warpgroup 0 need not wait for this warpgroup's wait, and the half this warpgroup
@@ -547,6 +563,7 @@ def sparse_mla_gluon_pp_kernel(
     HAS_LEN: gl.constexpr, HAS_SINK: gl.constexpr, PARTIAL: gl.constexpr,
     BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
     PW: gl.constexpr, CONSUMER_REGS: gl.constexpr, FREE_EACH: gl.constexpr, EARLY: gl.constexpr,
+    P1_APART: gl.constexpr,
 ):
     """One program (one token x 64 heads x one split of its top-k) over rows of q's dtype, as
     gluon_sm90's kernels, with the two consumer warpgroups on alternate tiles (module
@@ -569,6 +586,11 @@ def sparse_mla_gluon_pp_kernel(
     gl.static_assert((BLOCK_H == 64) & (D_PE == 64) & ((BLOCK_N == 64) | (BLOCK_N == 32)))
     kp_s = gl.allocate_shared_memory(dtype, [NSLOT, BLOCK_N, D_PE], SMEM)
     ids_s = gl.allocate_shared_memory(gl.int32, [NSLOT, BLOCK_N], FLAT1)  # each slot's row ids
+    if P1_APART:  # P1's own buffer per slot set (8 KB)
+        P_SMEM: gl.constexpr = SMEM if BLOCK_N == 64 else P32_SMEM
+        p1_s = gl.allocate_shared_memory(dtype, [SETS, BLOCK_H, BLOCK_N], P_SMEM)
+    else:  # (not read as P1's buffer: _p1_tile)
+        p1_s = kp_s
     m_smem = gl.allocate_shared_memory(gl.float32, [2, BLOCK_H], FLAT1)  # m0, then M
     l_smem = gl.allocate_shared_memory(gl.float32, [2, BLOCK_H], FLAT1)
     bars = gl.allocate_shared_memory(gl.int64, [8 * SETS, 1], mbarrier.MBarrierLayout())
@@ -584,13 +606,15 @@ def sparse_mla_gluon_pp_kernel(
     p_idx = idx_ptr + i_t * stride_idx_t
     gl.warp_specialize(
         [(_pp_producer, (kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2,
-                         k_s3, kp_s, ids_s, bars, BLOCK_N, LAT, D_PE, PW, SETS)),
-         (_pp_wg0, (q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, ids_s, m_smem, l_smem, bars,
+                         k_s3, kp_s, ids_s, bars, BLOCK_N, LAT, D_PE, PW, SETS, P1_APART)),
+         (_pp_wg0, (q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, ids_s, p1_s, m_smem, l_smem,
+                    bars,
                     n_start, n_end, n_steps, n_rows, qk_scale, sink_ptr, out_ptr, lse_ptr, i_t,
                     i_s, h0, n_heads, stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
-                    HAS_SINK, PARTIAL, BLOCK_H, BLOCK_N, LAT, SETS, FREE_EACH)),
-         (_pp_wg1, (q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, ids_s, m_smem, l_smem, bars,
+                    HAS_SINK, PARTIAL, BLOCK_H, BLOCK_N, LAT, SETS, FREE_EACH, P1_APART)),
+         (_pp_wg1, (q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, ids_s, p1_s, m_smem, l_smem,
+                    bars,
                     n_start, n_end, n_steps, n_rows, qk_scale, sink_ptr, out_ptr, lse_ptr, i_t,
                     i_s, h0, n_heads, stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
-                    HAS_SINK, PARTIAL, BLOCK_H, BLOCK_N, LAT, SETS, FREE_EACH, EARLY))],
+                    HAS_SINK, PARTIAL, BLOCK_H, BLOCK_N, LAT, SETS, FREE_EACH, EARLY, P1_APART))],
         [4, 4], [CONSUMER_REGS, CONSUMER_REGS])

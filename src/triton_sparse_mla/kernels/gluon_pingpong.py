@@ -24,17 +24,19 @@ its last PV dots of a pair. The four exchanges of a pair (``m0``, ``M``, ``P0``,
 through hardware barriers of the two warpgroups (``bar.arrive`` by the writer, ``bar.sync``
 by the reader: ``_nb_arrive``, ``_nb_sync``), as does the denominators' exchange at the end
 (both wait). Each probability tile goes into the rope tile of its own slot, which its score
-dots have finished reading. The slots are filled by a
-producer (``PW`` warps, as ``sparse_mla_gluon_ws_kernel``'s, here the default partition) in
+dots have finished reading (P1, with P1_APART, into a buffer of its own). The slots are filled
+by a producer (``PW`` warps, as ``sparse_mla_gluon_ws_kernel``'s, here the default partition) in
 halves, each with a ``ready`` and a ``free`` mbarrier: a slot's latent columns 0-255 and
 256-511 are read by different warpgroups' PV dots and are refilled as soon as their reader is
 done. A pair always has both tiles (past the range's end the rows are zero-filled and masked),
 so no wgmma is in flight across a branch. The producer loads both tiles' row ids once per
-pair, a pair ahead. Tiles have ``BLOCK_N`` rows: 64 in one set of two slots, or 32 in two sets of two,
-pair ``j`` in set ``j % 2``, so the next pair's copies run during this pair's work.
+pair, a pair ahead, and copies each tile's ids into a ring with its first half, where the
+consumer that computes the tile's softmax reads which of its rows are valid. Tiles have
+``BLOCK_N`` rows: 64 in one set of two slots, or 32 in two sets of two, pair ``j`` in set
+``j % 2``, so the next pair's copies run during this pair's work.
 
 Shared memory: q 72 KB, four slots of 32 rows (or two of 64) 144 KB, the row max and
-denominator exchange 1 KB: 217.5 KB.
+denominator exchange 1 KB, the slots' row ids 0.5 KB: 218 KB (with P1_APART 8 KB more).
 
 Measured (H200, 2026-12-02, runs 91-95; BENCHMARKS.md "Consumers on alternate tiles"): in its
 first form (mbarrier exchanges, each next tile's score dots after the pair, 16 producer threads
@@ -55,7 +57,12 @@ tiles' ids loaded once per pair, a pair ahead, gave 1.06x in decode, 1.01-1.04x 
 shipped lockstep kernel (8 producer warps, same call, another process) 0.98-0.99x in decode,
 0.98-1.00x in prefill, 1.01-1.02x with random lengths; with 8 producer warps 0.97x; with 64-row
 tiles (the producer then spills) 0.89x. Not shipped: at parity it does not replace a kernel
-with its sanitizer and vLLM runs behind it.
+with its sanitizer and vLLM runs behind it. Then (2026-12-03, runs 145-150; BENCHMARKS.md "The
+64-head bf16 tile beside FlashMLA's kernel"): each tile's row ids copied into a ring with its
+first half, the consumers reading the rows' validity there (1-3% with 32-row tiles, 5% with 64
+in prefill), and warpgroup 1's early hand-over of P1 (``EARLY``, 3.5-5% with 64-row tiles);
+with 32-row tiles and 4 producer warps it runs 0.96-1.07x of the shipped lockstep kernel
+(64 and 128 heads, decode and prefill; 1.01x at T=128 H=64, where FlashMLA is 1.13x ahead).
 
 Import only where Gluon is available and not under the interpreter (as gluon_sm90).
 """
@@ -67,7 +74,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma_wait)
 
 from .gluon_sm90 import (FLAT1, GATHER_W4, GATHER_W8, SMEM, _NOT_SPECIALIZED,
-                         _barrier, _load_q, _lse_and_scale, _pass_ids, _ring_rows, _row_ids,
+                         _barrier, _load_q, _lse_and_scale, _pass_ids, _ring_rows,
                          _split_range, _tile_origin)
 
 # The kernel's own warps are the producer's (``PW``, the default partition); the two consumer
@@ -113,8 +120,9 @@ FREE_EACH = False
 # (0.98x in prefill over 32K rows; H200, 2026-12-03, run 149).
 EARLY = True
 # Whether P1 has a buffer of its own (the kernel's P1_APART, passed by tile_variant; 8 KB more,
-# 231 KB in all; untimed) so that the odd tile's rope refills with its columns 256-511, or goes
-# into the odd slot's rope tile, which then refills only after warpgroup 0's last PV dots.
+# 231 KB in all) so that the odd tile's rope refills with its columns 256-511, or goes into the
+# odd slot's rope tile, which then refills only after warpgroup 0's last PV dots. Apart:
+# 0.98-1.03x, within noise (H200, 2026-12-03, run 150).
 P1_APART = False
 
 

@@ -2,11 +2,11 @@
 forms of the alternate-tile (pingpong) kernel and FlashMLA, on the same inputs, two rounds
 interleaved (the best of the two is reported); each output compared with the shipped tile's.
 
-A pingpong form is ``pp:BLOCK_N:PW:REGS[:each][:early][:p1]`` (rows per tile, producer warps,
-consumer registers, with ``each`` the consumers' per-thread frees, with ``early`` warpgroup 1's
-early hand-over, with ``p1`` P1's own buffer: kernels/gluon_pingpong.py's BLOCK_N,
-CONSUMER_REGS, FREE_EACH, EARLY and P1_APART, which the launcher reads when a call plans its
-launch, so one process can run several). Prints ``PPC`` lines and writes JSON.
+A pingpong form is ``pp:BLOCK_N:PW:REGS`` (rows per tile, producer warps, consumer registers:
+kernels/gluon_pingpong.py's BLOCK_N and CONSUMER_REGS, which the launcher reads when a call
+plans its launch, so one process can run several). Prints ``PPC`` lines and writes JSON (after
+each workload). (Runs 147-150 also timed switches since removed: ``:each``, ``:early``, ``:p1``;
+BENCHMARKS.md "The 64-head bf16 tile beside FlashMLA's kernel".)
 
 Usage: python benchmarks/pp_compare.py OUT.json [--forms pp:32:4:232,pp:64:4:224] [--all]
 """
@@ -41,14 +41,13 @@ MORE_WORKLOADS = [
 
 @contextlib.contextmanager
 def form(spec):
-    """The shipped plans, or with ``pp:BLOCK_N:PW:REGS[:each][:early][:p1]`` their tile as
-    that pingpong form."""
+    """The shipped plans, or with ``pp:BLOCK_N:PW:REGS`` their tile as that pingpong form."""
     if spec == "lockstep":
         yield
         return
-    _, block_n, pw, regs, *flags = spec.split(":")
+    _, block_n, pw, regs = spec.split(":")
     gp = gluon_pingpong
-    saved = configs.plan_launch, gp.BLOCK_N, gp.CONSUMER_REGS, gp.FREE_EACH, gp.EARLY, gp.P1_APART
+    saved = configs.plan_launch, gp.BLOCK_N, gp.CONSUMER_REGS
     shipped = saved[0]
 
     def plan(*args, **kwargs):
@@ -58,11 +57,10 @@ def form(spec):
 
     configs.plan_launch = plan
     gp.BLOCK_N, gp.CONSUMER_REGS = int(block_n), int(regs)
-    gp.FREE_EACH, gp.EARLY, gp.P1_APART = "each" in flags, "early" in flags, "p1" in flags
     try:
         yield
     finally:
-        configs.plan_launch, gp.BLOCK_N, gp.CONSUMER_REGS, gp.FREE_EACH, gp.EARLY, gp.P1_APART = saved
+        configs.plan_launch, gp.BLOCK_N, gp.CONSUMER_REGS = saved
 
 
 def main():

@@ -5,9 +5,8 @@ on the same inputs (``bench.flashmla_fn``: its sparse prefill kernel, legacy on 
 kernel runs once before profiling starts (compilation).
 
 Usage: ``ncu --profile-from-start off ... python3 benchmarks/pp_profile.py [--phase prefill]
-[--t 4096] [--rows 32768] [--forms pp:64:4:224,pp:32:4:232] [--flashmla]``.
-``benchmarks/device_run.sh`` has no step for it: run it under ncu as that script's ``ncu`` step
-runs ncu_profile.py.
+[--t 4096] [--rows 32768] [--forms pp:64:4:224,pp:32:4:232] [--flashmla]``;
+``benchmarks/device_run.sh ppncu`` runs it so, in decode and in prefill.
 """
 
 import argparse

@@ -731,9 +731,7 @@ def tile_variant(tile, fp8: bool):
         from . import gluon_pingpong
 
         return (gluon_pingpong.sparse_mla_gluon_pp_kernel,
-                dict(PW=pw, BLOCK_N=gluon_pingpong.BLOCK_N, CONSUMER_REGS=gluon_pingpong.CONSUMER_REGS,
-                     FREE_EACH=gluon_pingpong.FREE_EACH, EARLY=gluon_pingpong.EARLY,
-                     P1_APART=gluon_pingpong.P1_APART),
+                dict(PW=pw, BLOCK_N=gluon_pingpong.BLOCK_N, CONSUMER_REGS=gluon_pingpong.CONSUMER_REGS),
                 pw)  # (the producer's warps)
     if tile.producer_warp:
         return sparse_mla_gluon_ws_kernel, dict(NS=NS, QK_AHEAD=tile.qk_ahead, PW=pw), NUM_WARPS

@@ -62,6 +62,11 @@ first half, the consumers reading the rows' validity there (1-3% with 32-row til
 in prefill), and warpgroup 1's early hand-over of P1 (3.5-5% with 64-row tiles);
 with 32-row tiles and 4 producer warps it runs 0.96-1.07x of the shipped lockstep kernel
 (64 and 128 heads, decode and prefill; 1.01x at T=128 H=64, where FlashMLA is 1.13x ahead).
+Since then (compiled only, not yet run on a GPU): q's tiles seen through an index the
+compiler cannot fold (``_q_fresh``), so that their wgmma descriptors are computed at the score
+dots instead of hoisted and spilled: with Triton 3.6 for sm90 neither consumer spills any
+more (64-row tiles at 224 registers: no spill instruction in the kernel; loops 896 and 705
+instructions per pair against 953 and 832; 32-row tiles: 732 and 557 against 762 and 612).
 
 Import only where Gluon is available and not under the interpreter (as gluon_sm90).
 """
@@ -240,6 +245,14 @@ def _p_tile(kp_s, slot, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr):
 
 
 @gluon.jit
+def _q_fresh(q_s, z):
+    """q tile ``q_s`` seen through an index ``z`` the compiler cannot fold (zero): its wgmma
+    descriptor is then computed where it is used instead of hoisted out of the loop, where
+    it stays live and spills."""
+    return q_s._reinterpret(q_s.dtype, [1] + q_s.shape, q_s.layout).index(z)
+
+
+@gluon.jit
 def _slots(j, n_steps, SETS: gl.constexpr):
     """Pair ``j``'s slot set and the ring slots of its even and odd tile (``2t``, ``2t + 1``),
     computed from ``j`` and ``n_steps`` (``n_steps < 2^30``) so that the compiler cannot hoist
@@ -385,15 +398,17 @@ def _wg0_pair(s, b_m, b_l, acc_a, acc_b, s_zero, j, q_s0, q_s1, q_s2, q_s3, q_sp
         ph2 = ((j + 1) // SETS) & 1
         mbarrier.wait(bars.index(_ready(t2, _A0)), ph2)
         fence_async_shared()
-        s = warpgroup_mma(q_s0, k_s0.index(e2).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-        s = warpgroup_mma(q_s1, k_s1.index(e2).permute((1, 0)), s, is_async=True)
+        z = (j + n_steps) >> 30  # (zero)
+        s = warpgroup_mma(_q_fresh(q_s0, z), k_s0.index(e2).permute((1, 0)), s_zero, use_acc=False,
+                          is_async=True)
+        s = warpgroup_mma(_q_fresh(q_s1, z), k_s1.index(e2).permute((1, 0)), s, is_async=True)
         acc_a, acc_b = warpgroup_mma_wait(2, deps=[acc_a, acc_b])
         _arrive(bars, _free(t, _A1, SETS))
         mbarrier.wait(bars.index(_ready(t2, _B0)), ph2)
         fence_async_shared()
-        s = warpgroup_mma(q_s2, k_s2.index(e2).permute((1, 0)), s, is_async=True)
-        s = warpgroup_mma(q_s3, k_s3.index(e2).permute((1, 0)), s, is_async=True)
-        s = warpgroup_mma(q_sp, kp_s.index(e2).permute((1, 0)), s, is_async=True)
+        s = warpgroup_mma(_q_fresh(q_s2, z), k_s2.index(e2).permute((1, 0)), s, is_async=True)
+        s = warpgroup_mma(_q_fresh(q_s3, z), k_s3.index(e2).permute((1, 0)), s, is_async=True)
+        s = warpgroup_mma(_q_fresh(q_sp, z), kp_s.index(e2).permute((1, 0)), s, is_async=True)
         s = warpgroup_mma_wait(0, deps=[s])
     else:
         acc_a, acc_b = warpgroup_mma_wait(0, deps=[acc_a, acc_b])
@@ -449,8 +464,10 @@ def _pp_wg1(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, ids_s, m
         # the odd tile's scores: its columns 256-511 first (the half refilled first, with the
         # tile's ids); past the end of the range its rows are zero-filled and every entry is
         # masked
-        s = _scores_by_halves(q_s2, q_s3, k_s2.index(o), k_s3.index(o), q_s0, q_s1, k_s0.index(o),
-                              k_s1.index(o), q_sp, kp_s.index(o), bars, _ready(t, _B1),
+        z = (j + n_steps) >> 30  # (zero)
+        s = _scores_by_halves(_q_fresh(q_s2, z), _q_fresh(q_s3, z), k_s2.index(o), k_s3.index(o),
+                              _q_fresh(q_s0, z), _q_fresh(q_s1, z), k_s0.index(o), k_s1.index(o),
+                              _q_fresh(q_sp, z), kp_s.index(o), bars, _ready(t, _B1),
                               _ready(t, _A1), ph_set, s_zero)
         valid = _valid_rows(ids_s, o, n_start + (2 * j + 1) * BLOCK_N, n_end, n_rows, BLOCK_N)
         s = gl.where(valid[None, :], s, float("-inf"))

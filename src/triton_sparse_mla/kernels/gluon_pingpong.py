@@ -66,7 +66,7 @@ Since then (compiled only, not yet run on a GPU): q's tiles seen through an inde
 compiler cannot fold (``_q_fresh``), so that their wgmma descriptors are computed at the score
 dots instead of hoisted and spilled: with Triton 3.6 for sm90 neither consumer spills any
 more (64-row tiles at 224 registers: no spill instruction in the kernel; loops 896 and 705
-instructions per pair against 953 and 832; 32-row tiles: 732 and 557 against 762 and 612).
+instructions per pair against 953 and 834; 32-row tiles: 732 and 557 against 762 and 612).
 
 Import only where Gluon is available and not under the interpreter (as gluon_sm90).
 """

@@ -24,8 +24,8 @@ its last PV dots of a pair. The four exchanges of a pair (``m0``, ``M``, ``P0``,
 through hardware barriers of the two warpgroups (``bar.arrive`` by the writer, ``bar.sync``
 by the reader: ``_nb_arrive``, ``_nb_sync``), as does the denominators' exchange at the end
 (both wait). Each probability tile goes into the rope tile of its own slot, which its score
-dots have finished reading. The slots are filled by a producer (``PW`` warps, as ``sparse_mla_gluon_ws_kernel``'s, here the default partition) in
-halves, each with a ``ready`` and a ``free`` mbarrier: a slot's latent columns 0-255 and
+dots have finished reading. The slots are filled by a producer (``PW`` warps, as
+``sparse_mla_gluon_ws_kernel``'s, here the default partition) in halves, each with a ``ready`` and a ``free`` mbarrier: a slot's latent columns 0-255 and
 256-511 are read by different warpgroups' PV dots and are refilled as soon as their reader is
 done. A pair always has both tiles (past the range's end the rows are zero-filled and masked),
 so no wgmma is in flight across a branch. The producer loads both tiles' row ids once per
@@ -245,21 +245,27 @@ def _p_tile(kp_s, slot, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr):
 
 
 @gluon.jit
+def _opaque_zero(j, n_steps):
+    """Zero, computed from the loop index ``j`` and ``n_steps`` (``n_steps < 2^30``) so that
+    the compiler cannot fold it: an index that keeps shared-memory addresses and wgmma
+    descriptors from being hoisted out of the loops, where they stay live and spill."""
+    return (j + n_steps) >> 30
+
+
+@gluon.jit
 def _q_fresh(q_s, z):
-    """q tile ``q_s`` seen through an index ``z`` the compiler cannot fold (zero): its wgmma
-    descriptor is then computed where it is used instead of hoisted out of the loop, where
-    it stays live and spills."""
+    """q tile ``q_s`` seen through ``z`` (``_opaque_zero``): its wgmma descriptor is then
+    computed where it is used instead of hoisted out of the loop."""
     return q_s._reinterpret(q_s.dtype, [1] + q_s.shape, q_s.layout).index(z)
 
 
 @gluon.jit
 def _slots(j, n_steps, SETS: gl.constexpr):
     """Pair ``j``'s slot set and the ring slots of its even and odd tile (``2t``, ``2t + 1``),
-    computed from ``j`` and ``n_steps`` (``n_steps < 2^30``) so that the compiler cannot hoist
-    the slots' addresses and wgmma descriptors out of the loops even with one set: hoisted,
-    they stay live across the loop and the partitions spill (Triton 3.6, sm90: 79 spill
-    instructions in warpgroup 0, 50 in the producer)."""
-    t = j % SETS + ((j + n_steps) >> 30)
+    with ``_opaque_zero`` added so that the compiler cannot hoist the slots' addresses and
+    wgmma descriptors out of the loops even with one set (hoisted, the partitions spilled:
+    Triton 3.6, sm90: 79 spill instructions in warpgroup 0, 50 in the producer)."""
+    t = j % SETS + _opaque_zero(j, n_steps)
     return t, 2 * t, 2 * t + 1
 
 
@@ -398,7 +404,7 @@ def _wg0_pair(s, b_m, b_l, acc_a, acc_b, s_zero, j, q_s0, q_s1, q_s2, q_s3, q_sp
         ph2 = ((j + 1) // SETS) & 1
         mbarrier.wait(bars.index(_ready(t2, _A0)), ph2)
         fence_async_shared()
-        z = (j + n_steps) >> 30  # (zero)
+        z = _opaque_zero(j, n_steps)
         s = warpgroup_mma(_q_fresh(q_s0, z), k_s0.index(e2).permute((1, 0)), s_zero, use_acc=False,
                           is_async=True)
         s = warpgroup_mma(_q_fresh(q_s1, z), k_s1.index(e2).permute((1, 0)), s, is_async=True)
@@ -464,7 +470,7 @@ def _pp_wg1(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, ids_s, m
         # the odd tile's scores: its columns 256-511 first (the half refilled first, with the
         # tile's ids); past the end of the range its rows are zero-filled and every entry is
         # masked
-        z = (j + n_steps) >> 30  # (zero)
+        z = _opaque_zero(j, n_steps)
         s = _scores_by_halves(_q_fresh(q_s2, z), _q_fresh(q_s3, z), k_s2.index(o), k_s3.index(o),
                               _q_fresh(q_s0, z), _q_fresh(q_s1, z), k_s0.index(o), k_s1.index(o),
                               _q_fresh(q_sp, z), kp_s.index(o), bars, _ready(t, _B1),

@@ -47,9 +47,8 @@ for s in $steps; do
     wide) timeout 240 python3 benchmarks/sweep.py "$OUT/sweep-wide.json" --wide 2>&1 | tee "$OUT/sweep-wide.log" | grep EXCH ;;
     variants) # the producer-warpgroup Gluon kernels' GPU tests (4 and 8 producer warps, qk_ahead, the
       # alternate-tile kernel) under their own timeout (a wrong mbarrier phase would hang them),
-      # then the alternate-tile kernel (TileConfig.pingpong) timed off and on in the 64-head
-      # bf16 tile. (producer_warp itself cannot be toggled off there: the shipped tile's
-      # wide_producer requires it.)
+      # then the alternate-tile kernel (TileConfig.pingpong, shipped) timed off (the lockstep
+      # kernel with its 4 producer warps) and on in the 64-head bf16 tile
       timeout 120 python3 -m pytest -q -x -p no:cacheprovider tests/test_attention.py -k "gluon_producer" 2>&1 | tee "$OUT/variants-producer.log" | tail -2
       timeout 200 python3 benchmarks/sweep.py "$OUT/toggle-pingpong.json" --toggle pingpong --fmt bf16 --heads 64,128 2>&1 | grep TOGGLE ;;
     racecheck-producer) # the producer-warpgroup kernel per problem, and the minimal warp-specialized kernel beside
@@ -67,7 +66,7 @@ for s in $steps; do
     residency-warps) timeout 300 python3 benchmarks/residency.py "$OUT/residency-warps.json" --warps ${TOGGLE_FMT:+--fmt $TOGGLE_FMT} 2>&1 | tee "$OUT/residency-warps.log" | grep RES ;;
     toggle) timeout 420 python3 benchmarks/sweep.py "$OUT/sweep-toggle.json" --toggle "$TOGGLE" ${TOGGLE_FMT:+--fmt $TOGGLE_FMT} ${TOGGLE_HEADS:+--heads $TOGGLE_HEADS} ${TOGGLE_BASE:+--base $TOGGLE_BASE} 2>&1 | tee "$OUT/sweep-toggle.log" | grep TOGGLE ;;
     fp8sweep) timeout 330 python3 benchmarks/sweep.py "$OUT/sweep-fp8.json" --fp8 2>&1 | tee "$OUT/sweep-fp8.log" | grep FP8 ;;
-    ppc) # the 64-head bf16 kernels side by side: lockstep, the pingpong forms in $PP_FORMS, FlashMLA
+    ppc) # the 64-head bf16 kernels side by side: the forms in $PP_FORMS (default lockstep,shipped), FlashMLA
       # (PP_ALL=1: also 128 heads and split decode)
       timeout 560 python3 benchmarks/pp_compare.py "$OUT/pp-compare.json" ${PP_FORMS:+--forms $PP_FORMS} ${PP_ALL:+--all} 2>&1 | tee "$OUT/pp-compare.log" | grep PPC ;;
     ppncu) # the same kernels under Nsight Compute (decode T=128 over 1M rows, prefill T=4096 over 32K)

@@ -1,14 +1,17 @@
-"""Time the 64-head bf16 kernels side by side in one process (GPU): the shipped lockstep tile,
-forms of the alternate-tile (pingpong) kernel and FlashMLA, on the same inputs, two rounds
-interleaved (the best of the two is reported); each output compared with the shipped tile's.
+"""Time the 64-head bf16 kernels side by side in one process (GPU): forms of the sm90 tile and
+FlashMLA, on the same inputs, two rounds interleaved (the best of the two is reported); each
+output compared with the first form's, and each time given as a ratio to it.
 
-A pingpong form is ``pp:BLOCK_N:PW:REGS`` (rows per tile, producer warps, consumer registers:
-kernels/gluon_pingpong.py's BLOCK_N and CONSUMER_REGS, which the launcher reads when a call
-plans its launch, so one process can run several). Prints ``PPC`` lines and writes JSON (after
-each workload). (Runs 147-150 also timed switches since removed: ``:each``, ``:early``, ``:p1``;
-BENCHMARKS.md "The 64-head bf16 tile beside FlashMLA's kernel".)
+Forms: ``shipped`` (the shipped plans: the alternate-tile kernel, kernels/gluon_pingpong.py),
+``lockstep`` (the same tile with its consumers in lockstep and 8 producer warps, as shipped
+until run 153: kernels/gluon_sm90.py's ``sparse_mla_gluon_ws_kernel``) and ``pp:REGS`` (the
+alternate-tile kernel with its consumers at REGS registers: gluon_pingpong.CONSUMER_REGS,
+which the launcher reads when a call plans its launch, so one process can run several).
+Prints ``PPC`` lines and writes JSON (after each workload). (Until run 153 forms were
+``pp:BLOCK_N:PW:REGS``; runs 147-150 also timed switches since removed: ``:each``, ``:early``,
+``:p1``; BENCHMARKS.md "The 64-head bf16 tile beside FlashMLA's kernel".)
 
-Usage: python benchmarks/pp_compare.py OUT.json [--forms pp:32:4:232,pp:64:4:224] [--all]
+Usage: python benchmarks/pp_compare.py OUT.json [--forms lockstep,shipped,pp:232] [--all]
 """
 
 import argparse
@@ -41,35 +44,41 @@ MORE_WORKLOADS = [
 
 @contextlib.contextmanager
 def form(spec):
-    """The shipped plans, or with ``pp:BLOCK_N:PW:REGS`` their tile as that pingpong form."""
-    if spec == "lockstep":
+    """The shipped plans (``shipped``), their tile in lockstep (``lockstep``), or as the
+    alternate-tile kernel with its consumers at REGS registers (``pp:REGS``)."""
+    if spec == "shipped":
         yield
         return
-    _, block_n, pw, regs = spec.split(":")
     gp = gluon_pingpong
-    saved = configs.plan_launch, gp.BLOCK_N, gp.CONSUMER_REGS
+    saved = configs.plan_launch, gp.CONSUMER_REGS
     shipped = saved[0]
+    if spec == "lockstep":
+        fields = dict(pingpong=False, wide_producer=True)
+    else:
+        kind, regs = spec.split(":")
+        if kind != "pp":
+            raise ValueError(f"--forms: shipped, lockstep or pp:REGS, got {spec!r}")
+        fields = dict(pingpong=True, wide_producer=False)
+        gp.CONSUMER_REGS = int(regs)
 
     def plan(*args, **kwargs):
         p = shipped(*args, **kwargs)
-        tile = dataclasses.replace(p.tile, pingpong=True, wide_producer=pw == "8")
-        return dataclasses.replace(p, tile=tile)
+        return dataclasses.replace(p, tile=dataclasses.replace(p.tile, **fields))
 
     configs.plan_launch = plan
-    gp.BLOCK_N, gp.CONSUMER_REGS = int(block_n), int(regs)
     try:
         yield
     finally:
-        configs.plan_launch, gp.BLOCK_N, gp.CONSUMER_REGS = saved
+        configs.plan_launch, gp.CONSUMER_REGS = saved
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
-    ap.add_argument("--forms", default="pp:32:4:232,pp:64:4:232,pp:64:4:224")
+    ap.add_argument("--forms", default="lockstep,shipped")
     ap.add_argument("--all", action="store_true")
     a = ap.parse_args()
-    forms = ["lockstep"] + a.forms.split(",")
+    forms = a.forms.split(",")
     caches, records, head = Caches(), [], header()
     for w in WORKLOADS + (MORE_WORKLOADS if a.all else []):
         q, kv, idx, lengths = make_inputs(w, caches)
@@ -92,14 +101,16 @@ def main():
                 outs.setdefault(f, out.float())
             if fm is not None:
                 times["FlashMLA"].append(time_us(fm, graph=graph))
-        ref = outs["lockstep"]
-        base = min(times["lockstep"])
+        if not times[forms[0]]:
+            continue  # (the first form cannot run this row: nothing to compare with)
+        ref = outs[forms[0]]
+        base = min(times[forms[0]])
         fm_us = min(times["FlashMLA"]) if times["FlashMLA"] else None
         for f in [f for f in forms if times[f]] + (["FlashMLA"] if fm_us else []):
             us = min(times[f])
             diff = ((outs[f] - ref).norm() / ref.norm()).item() if f in outs else None
             records.append(dict(workload=w.name, form=f, us=times[f], best_us=us, rel_diff=diff))
-            print(f"PPC {w.name:34} {f:14} {us:9.1f} us  x{base / us:5.3f} of lockstep"
+            print(f"PPC {w.name:34} {f:14} {us:9.1f} us  x{base / us:5.3f} of {forms[0]}"
                   + (f"  x{fm_us / us:5.3f} of FlashMLA" if fm_us else "")
                   + (f"  diff={diff:.1e}" if diff is not None else ""), flush=True)
         with open(a.out, "w") as fh:  # (after each workload: a call cut short keeps what it timed)

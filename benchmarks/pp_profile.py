@@ -1,11 +1,11 @@
 """Launch the 64-head bf16 kernels once each between cudaProfilerStart/Stop, for Nsight Compute:
-the shipped lockstep tile, then each alternate-tile (pingpong) form in ``--forms`` (as
-``pp_compare.py`` names them: ``pp:BLOCK_N:PW:REGS``), and with ``--flashmla`` FlashMLA's kernel
+each form in ``--forms`` (as ``pp_compare.py`` names them: ``shipped``, ``lockstep``,
+``pp:REGS``), and with ``--flashmla`` FlashMLA's kernel
 on the same inputs (``bench.flashmla_fn``: its sparse prefill kernel, legacy on sm90). Every
 kernel runs once before profiling starts (compilation).
 
 Usage: ``ncu --profile-from-start off ... python3 benchmarks/pp_profile.py [--phase prefill]
-[--t 4096] [--rows 32768] [--forms pp:64:4:224,pp:32:4:232] [--flashmla]``;
+[--t 4096] [--rows 32768] [--forms lockstep,shipped] [--flashmla]``;
 ``benchmarks/device_run.sh ppncu`` runs it so, in decode and in prefill.
 """
 
@@ -24,12 +24,12 @@ def main():
     ap.add_argument("--phase", default="prefill")
     ap.add_argument("--t", type=int, default=4096)
     ap.add_argument("--rows", type=int, default=32768)
-    ap.add_argument("--forms", default="pp:64:4:224,pp:32:4:232")
+    ap.add_argument("--forms", default="lockstep,shipped")
     ap.add_argument("--flashmla", action="store_true")
     a = ap.parse_args()
     w = Workload(a.phase, a.t, 64, "bf16", n_rows=a.rows)
     q, kv, idx, lengths = make_inputs(w, Caches())
-    forms = ["lockstep"] + [f for f in a.forms.split(",") if f]
+    forms = [f for f in a.forms.split(",") if f]
     baseline = flashmla_fn(w, q, kv, idx, lengths, 576 ** -0.5) if a.flashmla else None
     if a.flashmla and baseline is None:
         raise SystemExit("--flashmla: FlashMLA is not importable here")

@@ -146,13 +146,14 @@ def _check_gluon(p, tile, device, q_gain=1.0):
 @_SM90_ONLY
 @pytest.mark.parametrize("p", GLUON_CASES)
 def test_gluon_tile(p, device):
-    """sm90's 64-head tile runs the Gluon kernel (kernels/gluon_sm90.py) and matches the
+    """sm90's 64-head tile runs the Gluon kernel (bf16/fp16 rows: the alternate-tile kernel,
+    kernels/gluon_pingpong.py; fp8_ds_mla rows: kernels/gluon_fp8_producer.py) and matches the
     reference, split and not: several head tiles, lengths, sink, lse, invalid ids, a rising
     max, separate q_nope and q_pe, bf16, fp16 and fp8_ds_mla rows. (Over make_problem's row
     stride, not a multiple of 16, the same tile runs the Triton kernel:
     test_every_shipped_config.)"""
     tile = configs.pick_tile("sm90", t_count=128, h_count=64, fp8=p["fmt"] == "fp8_ds_mla")
-    assert tile.gluon
+    assert tile.gluon and tile.producer_warp and tile.pingpong != (p["fmt"] == "fp8_ds_mla")
     _check_gluon(p, tile, device)
 
 
@@ -172,19 +173,18 @@ def test_gluon_fp8_operands(p, device):
 @pytest.mark.gpu
 @_SM90_ONLY
 @pytest.mark.parametrize("extra", [{"wide_producer": False}, {"wide_producer": True},
-                                   {"qk_ahead": True, "wide_producer": False},
-                                   {"pingpong": True, "wide_producer": True},
-                                   {"pingpong": True, "wide_producer": False}],
-                         ids=["4 warps", "8 warps", "qk_ahead", "pingpong", "pingpong 4 warps"])
+                                   {"qk_ahead": True, "wide_producer": False}],
+                         ids=["4 warps", "8 warps", "qk_ahead"])
 @pytest.mark.parametrize("p", [c for c in GLUON_CASES if c.values[0]["fmt"] != "fp8_ds_mla"])
 def test_gluon_producer_warp(p, extra, device):
     """The Gluon tile with ``producer_warp`` (its gathers issued by a producer warpgroup of 4
-    or 8 warps, the tiles handed over through mbarriers), also with ``qk_ahead`` (the next
-    tile's score dots during this tile's softmax) or ``pingpong`` (the two consumer
-    warpgroups on alternate tiles, with odd and even step counts among the cases), matches
-    the reference, split and not."""
+    or 8 warps, the tiles handed over through mbarriers) and its consumers in lockstep
+    (kernels/gluon_sm90.py's ``sparse_mla_gluon_ws_kernel``), also with ``qk_ahead`` (the
+    next tile's score dots during this tile's softmax), matches the reference, split and not.
+    (The shipped form, ``pingpong``: test_gluon_tile, with odd and even step counts among the
+    cases.)"""
     tile = dataclasses.replace(configs.pick_tile("sm90", t_count=128, h_count=64, fp8=False),
-                               producer_warp=True, **extra)
+                               producer_warp=True, pingpong=False, **extra)
     _check_gluon(p, tile, device)
 
 
@@ -289,6 +289,9 @@ def test_gluon_runs_where_it_applies(device, monkeypatch):
         configs.TileConfig(64, 64, 8, 2, gluon=True, wide_producer=True)
     with pytest.raises(ValueError, match="pingpong.*producer_warp"):
         configs.TileConfig(64, 64, 8, 2, gluon=True, pingpong=True)
+    with pytest.raises(ValueError, match="pingpong.*wide_producer"):
+        configs.TileConfig(64, 64, 8, 2, gluon=True, producer_warp=True, pingpong=True,
+                           wide_producer=True)
     with pytest.raises(ValueError, match="pingpong.*qk_ahead"):
         configs.TileConfig(64, 64, 8, 2, gluon=True, producer_warp=True, pingpong=True,
                            qk_ahead=True)

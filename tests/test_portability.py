@@ -256,42 +256,40 @@ _PINGPONG_PROBE = r"""
 import json, re, sys
 from triton_sparse_mla import configs, portability
 out = {}
-for wide in (False, True):
-    tile = configs.TileConfig(64, 64, 8, 2, exchange_p=True, gluon=True, producer_warp=True,
-                              wide_producer=wide, pingpong=True)
-    for label, kernel, types, cx, div, warps, stages in portability._gluon_variants(tile, False):
-        k = portability._compile(kernel, types, cx, div, 90, warps, stages)
-        ptx = k.asm["ptx"]
-        out[f"{wide}/{label}"] = dict(
-            shared=k.metadata.shared, warps=warps,
-            block_n=cx["BLOCK_N"],
-            qk=len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n%dk16" % cx["BLOCK_N"], ptx)),
-            pv=len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n128k16", ptx)),
-            regs=sorted(set(int(r) for r in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", ptx))))
+tile = configs.TileConfig(64, 64, 8, 2, exchange_p=True, gluon=True, producer_warp=True,
+                          pingpong=True)
+for label, kernel, types, cx, div, warps, stages in portability._gluon_variants(tile, False):
+    k = portability._compile(kernel, types, cx, div, 90, warps, stages)
+    ptx = k.asm["ptx"]
+    out[label] = dict(
+        shared=k.metadata.shared, warps=warps, consumer_regs=cx["CONSUMER_REGS"],
+        block_n=cx["BLOCK_N"],
+        qk=len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n%dk16" % cx["BLOCK_N"], ptx)),
+        pv=len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n128k16", ptx)),
+        regs=sorted(set(int(r) for r in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", ptx))))
 json.dump(out, open(sys.argv[1], "w"))
 """
 
 
 @_NEEDS_GLUON
 def test_gluon_pingpong_kernel_compiles(tmp_path):
-    """The alternate-tile Gluon kernel (kernels/gluon_pingpong.py, ``TileConfig.pingpong``),
-    4 and 8 producer warps, final and partial outputs, compiles with this Triton for sm90:
-    within its shared memory, each warpgroup's score dots as wide as its tiles' rows (36 per
-    tile: warpgroup 0's first tile before its loop and its next ones in the pair step,
-    warpgroup 1's in its loop) and its PV dots 128 columns wide (two output tiles, over its own
-    tile and the other's; warpgroup 0's pair step is compiled twice, with the next tile's score
-    dots and, for the last pair, without), launched with the producer's warps (the default
-    partition), the two consumer warpgroups at 232 registers and the producer at what is left
-    of the register file (no more)."""
+    """The alternate-tile Gluon kernel (kernels/gluon_pingpong.py, ``TileConfig.pingpong``,
+    shipped in sm90's 64-head bf16 tile), final and partial outputs, compiles with this Triton
+    for sm90: within its shared memory, each warpgroup's score dots 64 rows wide (36 per tile:
+    warpgroup 0's first tile before its loop and its next ones in the pair step, warpgroup 1's
+    in its loop) and its PV dots 128 columns wide (two output tiles, over its own tile and the
+    other's; warpgroup 0's pair step is compiled twice, with the next tile's score dots and,
+    for the last pair, without), launched with the producer's 4 warps (the default
+    partition), the two consumer warpgroups at the kernel's ``CONSUMER_REGS`` and the producer
+    at what is left of the register file (no more)."""
     counts = _probe(_PINGPONG_PROBE, tmp_path)
-    assert len(counts) == 4, counts
+    assert len(counts) == 2, counts
     for variant, c in counts.items():
-        pw = 8 if variant.startswith("True") else 4
-        assert c["shared"] <= configs.SMEM_LIMIT["sm90"] and c["warps"] == pw, (variant, c)
-        assert c["block_n"] in (32, 64) and c["qk"] == 3 * 576 // 16, (variant, c)
-        assert c["pv"] == 3 * 2 * 2 * c["block_n"] // 16, (variant, c)
-        producer = min(r for r in c["regs"])
-        assert 232 in c["regs"] and 2 * 128 * 232 + 32 * pw * producer <= 65536, (variant, c)
+        assert c["shared"] <= configs.SMEM_LIMIT["sm90"] and c["warps"] == 4, (variant, c)
+        assert c["block_n"] == 64 and c["qk"] == 3 * 576 // 16, (variant, c)
+        assert c["pv"] == 3 * 2 * 2 * 64 // 16, (variant, c)
+        consumer, producer = c["consumer_regs"], min(c["regs"])
+        assert consumer in c["regs"] and 2 * 128 * consumer + 128 * producer <= 65536, (variant, c)
 
 
 _Q_SCALE_PROBE = r"""

@@ -104,10 +104,11 @@ class TileConfig:
     wide_producer: bool = False
     # With ``producer_warp``: the two consumer warpgroups on alternate tiles, the output's
     # columns split between them (kernels/gluon_pingpong.py), so that one's score dots run
-    # during the other's softmax. bf16/fp16 rows; fp8_ds_mla rows ignore it; the kernel has
-    # 32-row tiles of its own. Correct on the H200, and 0.69-0.84x of the shipped producer
-    # kernel (2026-12-02, runs 93 and 95; BENCHMARKS.md "Consumers on alternate tiles"); on
-    # in no table.
+    # during the other's softmax; its producer has 4 warps (not with ``wide_producer``).
+    # bf16/fp16 rows; fp8_ds_mla rows ignore it. 1.08-1.22x of the lockstep producer kernel
+    # with 8 producer warps in decode T=32/128 and prefill T=4096, 64 and 128 heads (H200,
+    # 2026-12-03, run 153; BENCHMARKS.md "The 64-head bf16 tile beside FlashMLA's kernel");
+    # shipped (sm90's _G64).
     pingpong: bool = False
     # With ``gluon``: the Triton tile a call runs where the Gluon kernel does not apply
     # (``without_gluon``; the planner decides it per call, kernels.attention.gluon_applies).
@@ -147,6 +148,9 @@ class TileConfig:
         if self.pingpong and not self.producer_warp:
             raise ValueError("pingpong: the alternate-tile Gluon kernel has a producer "
                              "warpgroup; set producer_warp too")
+        if self.pingpong and self.wide_producer:
+            raise ValueError("pingpong: the alternate-tile Gluon kernel's producer has 4 warps; "
+                             "unset wide_producer")
         if self.pingpong and self.qk_ahead:
             raise ValueError("pingpong: the alternate-tile Gluon kernel has no qk_ahead; unset "
                              "one of them")
@@ -224,7 +228,13 @@ C = TileConfig
 # With 8 producer warps (wide_producer): 1.02-1.04x on decode T=32 and T=128 (1.16x with random
 # lengths), 1.00-1.02x on prefill T=4096, 64 and 128 heads (H200, 2026-12-02, run 87;
 # BENCHMARKS.md "Eight producer warps").
-_G64 = C(64, 64, 8, 2, exchange_p=True, gluon=True, producer_warp=True, wide_producer=True)
+# Its two consumer warpgroups on alternate tiles instead of in lockstep (pingpong, with a
+# producer of 4 warps; kernels/gluon_pingpong.py): against the lockstep tile with 8 producer
+# warps, 1.08x at T=128 H=64 (1.16x with random lengths), 1.17x at T=128 H=128, 1.08x at T=32
+# H=128, 1.19x and 1.22x in prefill T=4096 over 32K rows with 64 and 128 heads, 1.12x over 1M
+# rows (H200, 2026-12-03, run 153; BENCHMARKS.md "The 64-head bf16 tile beside FlashMLA's
+# kernel").
+_G64 = C(64, 64, 8, 2, exchange_p=True, gluon=True, producer_warp=True, pingpong=True)
 # Its fp8_ds_mla rows into fp16 operands (fp8_f16): 1.03-1.05x on decode T=32-512, 64 and 128
 # heads (H200, 2026-12-01, run 73). Gathered and dequantized by a producer warpgroup of 4 warps
 # (producer_warp; kernels/gluon_fp8_producer.py), converting in passes of 16 rows: decode T=128

@@ -24,49 +24,32 @@ its last PV dots of a pair. The four exchanges of a pair (``m0``, ``M``, ``P0``,
 through hardware barriers of the two warpgroups (``bar.arrive`` by the writer, ``bar.sync``
 by the reader: ``_nb_arrive``, ``_nb_sync``), as does the denominators' exchange at the end
 (both wait). Each probability tile goes into the rope tile of its own slot, which its score
-dots have finished reading. The slots are filled by a producer (``PW`` warps, as
-``sparse_mla_gluon_ws_kernel``'s, here the default partition) in halves, each with a ``ready`` and a ``free`` mbarrier: a slot's latent columns 0-255 and
-256-511 are read by different warpgroups' PV dots and are refilled as soon as their reader is
-done. A pair always has both tiles (past the range's end the rows are zero-filled and masked),
-so no wgmma is in flight across a branch. The producer loads both tiles' row ids once per
-pair, a pair ahead, and copies each tile's ids into a ring with its first half, where the
-consumer that computes the tile's softmax reads which of its rows are valid. Tiles have
-``BLOCK_N`` rows: 64 in one set of two slots, or 32 in two sets of two, pair ``j`` in set
-``j % 2``, so the next pair's copies run during this pair's work.
+dots have finished reading. The two slots (one pair of 64-row tiles) are filled by a producer
+of 4 warps (the default partition) in halves, each with a ``ready`` and a ``free`` mbarrier:
+a slot's latent columns 0-255 and 256-511 are read by different warpgroups' PV dots and are
+refilled as soon as their reader is done. A pair always has both tiles (past the range's end
+the rows are zero-filled and masked), so no wgmma is in flight across a branch. The producer
+loads both tiles' row ids once per pair, a pair ahead, and copies each tile's ids into a ring
+with its first half, where the consumer that computes the tile's softmax reads which of its
+rows are valid.
 
-Shared memory: q 72 KB, four slots of 32 rows (or two of 64) 144 KB, the row max and
-denominator exchange 1 KB, the slots' row ids 0.5 KB: 218 KB.
+Shared memory: q 72 KB, two slots of 64 rows 144 KB, the row max and denominator exchange
+1 KB, the slots' row ids 0.5 KB: 218 KB. Registers: the consumers at ``CONSUMER_REGS``.
 
-Measured (H200, 2026-12-02, runs 91-95; BENCHMARKS.md "Consumers on alternate tiles"): in its
-first form (mbarrier exchanges, each next tile's score dots after the pair, 16 producer threads
-per row) it matched the reference and ran 0.69-0.84x of the lockstep producer kernel it would
-replace. In this form (2026-12-03, runs 135-139; BENCHMARKS.md "Consumers on alternate tiles,
-second form"), at T=128 H=64 and prefill over 32K and 1M rows with 64 heads: the hardware
-barriers and the next tiles' score dots behind the PV dots left it at 0.80x / 0.84x (64 / 32
-rows), with as many instructions as the lockstep kernel but 17.9 cycles per instruction
-against 12.75, its producer stalled on its row ids and warpgroup 1 waiting for its tiles.
-8 producer threads per row gave 1.11-1.14x; the ids' prefetch about 1.09x with 64-row tiles
-(0.87x against 0.80x of the lockstep kernel, runs 137 and 138), 0.99-1.01x with 32 (run 137).
-It stayed behind: 0.91-0.94x with 32-row tiles and 8 producer warps, 0.96-0.99x with 4 (1.07x
-with random lengths), 0.87-0.95x with 64-row tiles (run 139). Its producer then loaded each
-half's row ids a half ahead and stalled on them (run 142, Nsight Compute in prefill); both
-tiles' ids loaded once per pair, a pair ahead, gave 1.06x in decode, 1.01-1.04x in prefill and
-1.10-1.11x with random lengths (run 143, 2026-12-03): with 32-row tiles and 4 producer warps
-1.00-1.02x of the lockstep kernel with 4 (1.19-1.21x with random lengths), and against the
-shipped lockstep kernel (8 producer warps, same call, another process) 0.98-0.99x in decode,
-0.98-1.00x in prefill, 1.01-1.02x with random lengths; with 8 producer warps 0.97x; with 64-row
-tiles (the producer then spills) 0.89x. Not shipped: at parity it does not replace a kernel
-with its sanitizer and vLLM runs behind it. Then (2026-12-03, runs 145-150; BENCHMARKS.md "The
-64-head bf16 tile beside FlashMLA's kernel"): each tile's row ids copied into a ring with its
-first half, the consumers reading the rows' validity there (1-3% with 32-row tiles, 5% with 64
-in prefill), and warpgroup 1's early hand-over of P1 (3.5-5% with 64-row tiles);
-with 32-row tiles and 4 producer warps it runs 0.96-1.07x of the shipped lockstep kernel
-(64 and 128 heads, decode and prefill; 1.01x at T=128 H=64, where FlashMLA is 1.13x ahead).
-Since then (compiled only, not yet run on a GPU): q's tiles seen through an index the
-compiler cannot fold (``_q_fresh``), so that their wgmma descriptors are computed at the score
-dots instead of hoisted and spilled: with Triton 3.6 for sm90 neither consumer spills any
-more (64-row tiles at 224 registers: no spill instruction in the kernel; loops 896 and 705
-instructions per pair against 953 and 834; 32-row tiles: 732 and 557 against 762 and 612).
+Shipped in sm90's tables for bf16/fp16 rows with 64 or more heads (configs._G64). Measured
+(H200, BENCHMARKS.md "Consumers on alternate tiles", its second form, and "The 64-head bf16
+tile beside FlashMLA's kernel"): from 0.69-0.84x of the lockstep kernel
+(kernels/gluon_sm90.py's ``sparse_mla_gluon_ws_kernel``) in its first form (runs 91-95), by
+the hardware-barrier exchanges and the next tile's score dots behind the PV dots (runs
+135-136), 8 producer threads per row (1.11-1.14x, run 137), the row ids loaded once per pair
+a pair ahead (1.06x in decode, run 143), each tile's ids in a shared-memory ring (5% in
+prefill, run 147), warpgroup 1's early hand-over of P1 (3.5-5%, run 149), and q's wgmma
+descriptors kept from being hoisted and spilled (``_q_fresh``: with Triton 3.6 for sm90 no
+spill instruction in the kernel, 87 before), to 1.08-1.22x of the lockstep kernel in decode
+T=32/128 and prefill T=4096, 64 and 128 heads (run 153; 0.92-1.03x before ``_q_fresh``, run
+151). A form
+with 32-row tiles in two sets of two slots was 0.97-1.08x of the lockstep kernel there
+(removed; commit 3d2f316 has it).
 
 Import only where Gluon is available and not under the interpreter (as gluon_sm90).
 """
@@ -77,28 +60,20 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
-from .gluon_sm90 import (FLAT1, GATHER_W4, GATHER_W8, SMEM, _NOT_SPECIALIZED,
+from .gluon_sm90 import (FLAT1, GATHER_W4, SMEM, _NOT_SPECIALIZED,
                          _barrier, _load_q, _lse_and_scale, _pass_ids, _ring_rows,
                          _split_range, _tile_origin)
 
 # The kernel's own warps are the producer's (``PW``, the default partition); the two consumer
 # warpgroups are worker partitions. (With warpgroup 0 as the default partition it spilled
 # inside its loop; as a worker, a consumer spills only around its loop.)
-# Each warpgroup: a score tile of 64 heads x BLOCK_N rows (64, or 32 with four slots), two
-# output tiles of 64 heads x 128 columns.
+# Each warpgroup: a score tile of 64 heads x 64 rows, two output tiles of 64 heads x 128
+# columns.
 S_L64 = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                instr_shape=[16, 64, 16]))
-S_L32 = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                               instr_shape=[16, 32, 16]))
 O_L = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                              instr_shape=[16, 128, 16]))
 P_OP = gl.constexpr(gl.DotOperandLayout(operand_index=0, parent=O_L, k_width=2))
-# A 32-row probability tile [64, 32] in the bytes of its slot's rope tile [32, 64].
-P32_SMEM = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=64, element_bitwidth=16, rank=2))
-# The rows per tile: 32, so that four slots fit (two pairs of tiles; the next pair's copies run
-# during this pair's work). The kernel takes 64 too (two slots, one pair: slower, runs 91-94
-# and 137).
-BLOCK_N = 32
 # The producer's threads per cache row, each copying 16 bytes per instruction (the rope:
 # D_PE / ROW_THREADS elements): 8, so that a copy instruction covers a 128-byte line of 4 rows
 # per warp and each thread's 64-bit row address serves both copies of a 128-column tile; with
@@ -108,12 +83,14 @@ BLOCK_N = 32
 ROW_THREADS = gl.constexpr(8)
 # q loaded by the producer's warps (the kernel's own), 16 bytes per thread.
 Q_PE_W4 = gl.constexpr(gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0]))
-Q_PE_W8 = gl.constexpr(gl.BlockedLayout([1, 8], [4, 8], [8, 1], [1, 0]))
+# The producer's warps: 4 (with 8, 1.02-1.08x slower before ``_q_fresh``, run 145; with the
+# consumers at 224 registers an 8-warp producer would have 32).
+PW = 4
 # The consumers' registers (the kernel's CONSUMER_REGS, which kernels/gluon_sm90.tile_variant
-# passes from here): two warpgroups at 232; the producer (the default partition) gets the
-# rest, 24 with 8 warps (2 x 128 x 232 + 256 x 24 = 65536) or 40 with 4 (Triton launches the
-# 12 warps at 168). At 224 a 4-warp producer gets 56.
-CONSUMER_REGS = 232
+# passes from here): two warpgroups at 224; the 4-warp producer (the default partition) gets
+# the rest, 56 (2 x 128 x 224 + 128 x 56 = 64512; Triton launches the 12 warps at 168). At 224
+# no partition spills (Triton 3.6, sm90); 232 measured the same (0.98-1.02x, run 152).
+CONSUMER_REGS = 224
 
 
 @gluon.jit
@@ -165,12 +142,12 @@ def _prefetch_ids(p_idx, n0, n_end, COUNT: gl.constexpr, PW: gl.constexpr):
 @gluon.jit
 def _pp_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2, k_s3,
                  kp_s, ids_s, bars, BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
-                 PW: gl.constexpr, SETS: gl.constexpr):
-    """The producer: per pair of tiles, into its slot set, the halves in the order they free:
+                 PW: gl.constexpr):
+    """The producer: per pair of tiles, into the two slots, the halves in the order they free:
     the even slot's columns 0-255 (warpgroup 0's), the odd slot's 256-511 (warpgroup 1's),
     then the even slot's 256-511 with its rope and the odd slot's 0-255 with its rope (each
     read by the other warpgroup's PV dots too). Each half waits for its ``free`` barrier (the
-    set's previous pair) and ends with an arrival on its ``ready`` barrier that lands when
+    previous pair) and ends with an arrival on its ``ready`` barrier that lands when
     this thread's copies have."""
     GATHER: gl.constexpr = gl.BlockedLayout([1, 8], [32 // ROW_THREADS, ROW_THREADS], [PW, 1], [1, 0])
     ROPE: gl.constexpr = gl.BlockedLayout([1, D_PE // ROW_THREADS], [32 // ROW_THREADS, ROW_THREADS],
@@ -185,29 +162,29 @@ def _pp_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0
     ids_e = _pass_ids(p_idx, n_start, n_end, PASS_ROWS, PASSES, GATHER)
     ids_o = _pass_ids(p_idx, n_start + BLOCK_N, n_end, PASS_ROWS, PASSES, GATHER)
     for j in range(gl.cdiv(n_steps, 2)):
-        ph = ((j // SETS) & 1) ^ 1  # the set's previous pair's phase; its first pair passes
+        ph = (j & 1) ^ 1  # the previous pair's phase; the first pair passes
         n0 = n_start + 2 * j * BLOCK_N
         # (this prefetch now names the ids loaded just below, as measured in run 143; one pair
         # further, n0 + 4 * BLOCK_N, would let those loads hit L1: not yet timed)
         _prefetch_ids(p_idx, n0 + 2 * BLOCK_N, n_end, 2 * BLOCK_N, PW)
         nxt_e = _pass_ids(p_idx, n0 + 2 * BLOCK_N, n_end, PASS_ROWS, PASSES, GATHER)
         nxt_o = _pass_ids(p_idx, n0 + 3 * BLOCK_N, n_end, PASS_ROWS, PASSES, GATHER)
-        t, e, o = _slots(j, n_steps, SETS)
-        mbarrier.wait(bars.index(_free(t, _A0, SETS)), ph)
+        t, e, o = _slots(j, n_steps)
+        mbarrier.wait(bars.index(_free(t, _A0)), ph)
         _copy_ids(ids_s, e, p_idx, n0, n_end, BLOCK_N, PW)
         _copy_half(k_s0, k_s1, kp_s, kv_ptr, ids_e, o_j, n_rows, stride_kv, e, 0, False, GATHER, ROPE,
                    PASS_ROWS, PASSES, LAT, D_PE)
         async_copy.mbarrier_arrive(bars.index(_ready(t, _A0)), increment_count=False)
-        mbarrier.wait(bars.index(_free(t, _B1, SETS)), ph)
+        mbarrier.wait(bars.index(_free(t, _B1)), ph)
         _copy_ids(ids_s, o, p_idx, n0 + BLOCK_N, n_end, BLOCK_N, PW)
         _copy_half(k_s2, k_s3, kp_s, kv_ptr, ids_o, o_j, n_rows, stride_kv, o, 2 * LAT, False, GATHER,
                    ROPE, PASS_ROWS, PASSES, LAT, D_PE)
         async_copy.mbarrier_arrive(bars.index(_ready(t, _B1)), increment_count=False)
-        mbarrier.wait(bars.index(_free(t, _B0, SETS)), ph)
+        mbarrier.wait(bars.index(_free(t, _B0)), ph)
         _copy_half(k_s2, k_s3, kp_s, kv_ptr, ids_e, o_j, n_rows, stride_kv, e, 2 * LAT, True, GATHER,
                    ROPE, PASS_ROWS, PASSES, LAT, D_PE)
         async_copy.mbarrier_arrive(bars.index(_ready(t, _B0)), increment_count=False)
-        mbarrier.wait(bars.index(_free(t, _A1, SETS)), ph)
+        mbarrier.wait(bars.index(_free(t, _A1)), ph)
         _copy_half(k_s0, k_s1, kp_s, kv_ptr, ids_o, o_j, n_rows, stride_kv, o, 0, True, GATHER, ROPE,
                    PASS_ROWS, PASSES, LAT, D_PE)
         async_copy.mbarrier_arrive(bars.index(_ready(t, _A1)), increment_count=False)
@@ -215,33 +192,22 @@ def _pp_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0
         ids_o = nxt_o
 
 
-# The mbarriers, one allocation: for each set of two slots (pair j uses set j % SETS), each
-# slot's halves' ready (count: the producer's threads) and free (count 1). Within a set: A0,
-# B0, A1, B1 (slot e's columns 0-255, 256-511, slot o's). (The two consumer warpgroups'
-# exchanges use hardware barriers: _NB_*.)
+# The mbarriers, one allocation: each slot's halves' ready (count: the producer's threads),
+# then their free (count 1), each as A0, B0, A1, B1 (the even slot's columns 0-255, 256-511,
+# the odd slot's). (The two consumer warpgroups' exchanges use hardware barriers: _NB_*.)
 _A0, _B0, _A1, _B1 = (gl.constexpr(i) for i in range(4))
 
 
 @gluon.jit
 def _ready(t, half):
-    """Index of the ready barrier of ``half`` (_A0 .. _B1) in slot set ``t``."""
+    """Index of the ready barrier of ``half`` (_A0 .. _B1); ``t`` is ``_slots``' opaque zero."""
     return 4 * t + half
 
 
 @gluon.jit
-def _free(t, half, SETS: gl.constexpr):
-    """Index of the free barrier of ``half`` in slot set ``t``."""
-    return 4 * SETS + 4 * t + half
-
-
-@gluon.jit
-def _p_tile(kp_s, slot, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr):
-    """A slot's probability tile [BLOCK_H, BLOCK_N]: its rope tile, or the same bytes seen as
-    [64, 32] with 64-byte swizzling for 32-row tiles."""
-    view = kp_s.index(slot)  # [BLOCK_N, D_PE] with D_PE == BLOCK_H == 64
-    if BLOCK_N != BLOCK_H:
-        view = view._reinterpret(kp_s.dtype, [BLOCK_H, BLOCK_N], P32_SMEM)
-    return view
+def _free(t, half):
+    """Index of the free barrier of ``half``; ``t`` as in ``_ready``."""
+    return 4 + 4 * t + half
 
 
 @gluon.jit
@@ -260,12 +226,13 @@ def _q_fresh(q_s, z):
 
 
 @gluon.jit
-def _slots(j, n_steps, SETS: gl.constexpr):
-    """Pair ``j``'s slot set and the ring slots of its even and odd tile (``2t``, ``2t + 1``),
-    with ``_opaque_zero`` added so that the compiler cannot hoist the slots' addresses and
-    wgmma descriptors out of the loops even with one set (hoisted, the partitions spilled:
-    Triton 3.6, sm90: 79 spill instructions in warpgroup 0, 50 in the producer)."""
-    t = j % SETS + _opaque_zero(j, n_steps)
+def _slots(j, n_steps):
+    """``(t, e, o)``: ``t`` an opaque zero (``_opaque_zero``) and the ring slots of pair
+    ``j``'s even and odd tile, ``2t`` and ``2t + 1`` (0 and 1), so that the compiler cannot
+    hoist the slots' addresses and wgmma descriptors out of the loops (hoisted, the
+    partitions spilled: Triton 3.6, sm90: 79 spill instructions in warpgroup 0, 50 in the
+    producer)."""
+    t = _opaque_zero(j, n_steps)
     return t, 2 * t, 2 * t + 1
 
 
@@ -299,9 +266,8 @@ def _valid_rows(ids_s, slot, n0, n_end, n_rows, BLOCK_N: gl.constexpr):
     """Which of entries ``idx[n0:n0 + BLOCK_N]`` name a cache row, in the score tile's column
     layout, from the copy of them in ``ids_s[slot]`` (``_copy_ids``; read once the tile's first
     half has landed, and before that half is freed)."""
-    S_L: gl.constexpr = S_L32 if BLOCK_N == 32 else S_L64
-    b_idx = ids_s.index(slot).load(gl.SliceLayout(0, S_L))
-    o_n = n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_L))
+    b_idx = ids_s.index(slot).load(gl.SliceLayout(0, S_L64))
+    o_n = n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_L64))
     return (b_idx >= 0) & (b_idx < n_rows) & (o_n < n_end)
 
 
@@ -341,12 +307,11 @@ def _wg_state(BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, LAT: gl.constexpr):
     """A consumer warpgroup's starting state: running max (base 2, scaled scores) and
     denominator (the score tile's row layout), its two output tiles, and a zero score tile
     (the score dots' first accumulator, not read)."""
-    S_L: gl.constexpr = S_L32 if BLOCK_N == 32 else S_L64
-    b_m = gl.full([BLOCK_H], -1.0e30, gl.float32, layout=gl.SliceLayout(1, S_L))
-    b_l = gl.zeros([BLOCK_H], gl.float32, layout=gl.SliceLayout(1, S_L))
+    b_m = gl.full([BLOCK_H], -1.0e30, gl.float32, layout=gl.SliceLayout(1, S_L64))
+    b_l = gl.zeros([BLOCK_H], gl.float32, layout=gl.SliceLayout(1, S_L64))
     acc_x = gl.zeros([BLOCK_H, LAT], gl.float32, layout=O_L)
     acc_y = gl.zeros([BLOCK_H, LAT], gl.float32, layout=O_L)
-    return b_m, b_l, acc_x, acc_y, gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=S_L)
+    return b_m, b_l, acc_x, acc_y, gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=S_L64)
 
 
 @gluon.jit
@@ -362,11 +327,11 @@ def _softmax_step(s, b_m, b_l, m_new, qk_scale):
 @gluon.jit
 def _wg0_pair(s, b_m, b_l, acc_a, acc_b, s_zero, j, q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1,
               k_s2, k_s3, kp_s, ids_s, m_smem, bars, n_start, n_end, n_steps, n_rows, qk_scale,
-              BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, SETS: gl.constexpr, NEXT: gl.constexpr):
+              BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, NEXT: gl.constexpr):
     """Warpgroup 0's part of pair ``j``, from its even tile's raw scores ``s``; with NEXT, the
     next pair's even tile's score dots are issued behind this pair's last PV dots, and
     returned."""
-    t, e, o = _slots(j, n_steps, SETS)
+    t, e, o = _slots(j, n_steps)
     valid = _valid_rows(ids_s, e, n_start + 2 * j * BLOCK_N, n_end, n_rows, BLOCK_N)
     s = gl.where(valid[None, :], s, float("-inf"))
     m_0 = gl.maximum(b_m, gl.max(s, axis=1) * qk_scale)
@@ -380,13 +345,13 @@ def _wg0_pair(s, b_m, b_l, acc_a, acc_b, s_zero, j, q_s0, q_s1, q_s2, q_s3, q_sp
     acc_a = warpgroup_mma(p_op, k_s0.index(e), acc_a, is_async=True)
     acc_b = warpgroup_mma(p_op, k_s1.index(e), acc_b, is_async=True)
     acc_a, acc_b = warpgroup_mma_wait(0, deps=[acc_a, acc_b])
-    _arrive(bars, _free(t, _A0, SETS))
+    _arrive(bars, _free(t, _A0))
     # the pair's joint max, from warpgroup 1; P0 in its terms for warpgroup 1's PV dots, into
     # the even slot's rope tile (this tile's score dots, its only reader, are done)
     _nb_sync(_NB_MAX_JOINT)
     m_new = m_smem.index(1).load(b_m.type.layout)
     beta = gl.exp2(m_0 - m_new)
-    _p_tile(kp_s, e, BLOCK_H, BLOCK_N).store((p * beta[:, None]).to(kp_s.dtype))
+    kp_s.index(e).store((p * beta[:, None]).to(kp_s.dtype))
     fence_async_shared()
     _nb_arrive(_NB_P0)
     b_o = _rows_to_o(beta)
@@ -394,14 +359,14 @@ def _wg0_pair(s, b_m, b_l, acc_a, acc_b, s_zero, j, q_s0, q_s1, q_s2, q_s3, q_sp
     acc_b = acc_b * b_o
     # the odd tile's rows, with warpgroup 1's probabilities (shared memory)
     _nb_sync(_NB_P1)
-    p1 = _p_tile(kp_s, o, BLOCK_H, BLOCK_N)
+    p1 = kp_s.index(o)
     acc_a = warpgroup_mma(p1, k_s0.index(o), acc_a, is_async=True)
     acc_b = warpgroup_mma(p1, k_s1.index(o), acc_b, is_async=True)
     if NEXT:
         # the next even tile's scores behind those PV dots: its columns 0-255 first, then,
         # once the PV dots are done and their half is freed, 256-511 and the rope
-        t2, e2, o2 = _slots(j + 1, n_steps, SETS)
-        ph2 = ((j + 1) // SETS) & 1
+        t2, e2, o2 = _slots(j + 1, n_steps)
+        ph2 = (j + 1) & 1
         mbarrier.wait(bars.index(_ready(t2, _A0)), ph2)
         fence_async_shared()
         z = _opaque_zero(j, n_steps)
@@ -409,7 +374,7 @@ def _wg0_pair(s, b_m, b_l, acc_a, acc_b, s_zero, j, q_s0, q_s1, q_s2, q_s3, q_sp
                           is_async=True)
         s = warpgroup_mma(_q_fresh(q_s1, z), k_s1.index(e2).permute((1, 0)), s, is_async=True)
         acc_a, acc_b = warpgroup_mma_wait(2, deps=[acc_a, acc_b])
-        _arrive(bars, _free(t, _A1, SETS))
+        _arrive(bars, _free(t, _A1))
         mbarrier.wait(bars.index(_ready(t2, _B0)), ph2)
         fence_async_shared()
         s = warpgroup_mma(_q_fresh(q_s2, z), k_s2.index(e2).permute((1, 0)), s, is_async=True)
@@ -418,7 +383,7 @@ def _wg0_pair(s, b_m, b_l, acc_a, acc_b, s_zero, j, q_s0, q_s1, q_s2, q_s3, q_sp
         s = warpgroup_mma_wait(0, deps=[s])
     else:
         acc_a, acc_b = warpgroup_mma_wait(0, deps=[acc_a, acc_b])
-        _arrive(bars, _free(t, _A1, SETS))
+        _arrive(bars, _free(t, _A1))
     return s, m_new, b_l * beta, acc_a, acc_b
 
 
@@ -427,7 +392,7 @@ def _pp_wg0(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, ids_s, m
             n_start, n_end, n_steps, n_rows, qk_scale, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0,
             n_heads, stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
             HAS_SINK: gl.constexpr, PARTIAL: gl.constexpr, BLOCK_H: gl.constexpr,
-            BLOCK_N: gl.constexpr, LAT: gl.constexpr, SETS: gl.constexpr):
+            BLOCK_N: gl.constexpr, LAT: gl.constexpr):
     """Warpgroup 0: the even tiles' scores and output columns 0-255 (module docstring), which
     it writes, with the lse. Each next even tile's score dots run behind a pair's last PV dots
     (``_wg0_pair``), so the last pair is peeled off the loop."""
@@ -435,20 +400,20 @@ def _pp_wg0(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, ids_s, m
     n_pairs = gl.cdiv(n_steps, 2)
     s = s_zero
     if n_pairs > 0:
-        t, e, o = _slots(0, n_steps, SETS)
+        t, e, o = _slots(0, n_steps)
         s = _scores_by_halves(q_s0, q_s1, k_s0.index(e), k_s1.index(e), q_s2, q_s3, k_s2.index(e),
                               k_s3.index(e), q_sp, kp_s.index(e), bars, _ready(t, _A0),
                               _ready(t, _B0), 0, s_zero)
     for j in range(n_pairs - 1):
         s, b_m, b_l, acc_a, acc_b = _wg0_pair(
             s, b_m, b_l, acc_a, acc_b, s_zero, j, q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3,
-            kp_s, ids_s, m_smem, bars, n_start, n_end, n_steps, n_rows, qk_scale, BLOCK_H, BLOCK_N, SETS,
+            kp_s, ids_s, m_smem, bars, n_start, n_end, n_steps, n_rows, qk_scale, BLOCK_H, BLOCK_N,
             True)
     if n_pairs > 0:
         s, b_m, b_l, acc_a, acc_b = _wg0_pair(
             s, b_m, b_l, acc_a, acc_b, s_zero, n_pairs - 1, q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1,
             k_s2, k_s3, kp_s, ids_s, m_smem, bars, n_start, n_end, n_steps, n_rows, qk_scale, BLOCK_H,
-            BLOCK_N, SETS, False)
+            BLOCK_N, False)
     b_l = _whole_denominator(b_l, l_smem, 0)
     _pp_epilogue(acc_a, acc_b, 0, b_m, b_l, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0, n_heads,
                  stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h, HAS_SINK, PARTIAL,
@@ -460,13 +425,13 @@ def _pp_wg1(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, ids_s, m
             n_start, n_end, n_steps, n_rows, qk_scale, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0,
             n_heads, stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
             HAS_SINK: gl.constexpr, PARTIAL: gl.constexpr, BLOCK_H: gl.constexpr,
-            BLOCK_N: gl.constexpr, LAT: gl.constexpr, SETS: gl.constexpr):
+            BLOCK_N: gl.constexpr, LAT: gl.constexpr):
     """Warpgroup 1: the odd tiles' scores and output columns 256-511 (module docstring),
     which it writes."""
     b_m, b_l, acc_c, acc_d, s_zero = _wg_state(BLOCK_H, BLOCK_N, LAT)
     for j in range(gl.cdiv(n_steps, 2)):
-        ph_set = (j // SETS) & 1
-        t, e, o = _slots(j, n_steps, SETS)
+        ph = j & 1
+        t, e, o = _slots(j, n_steps)
         # the odd tile's scores: its columns 256-511 first (the half refilled first, with the
         # tile's ids); past the end of the range its rows are zero-filled and every entry is
         # masked
@@ -474,7 +439,7 @@ def _pp_wg1(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, ids_s, m
         s = _scores_by_halves(_q_fresh(q_s2, z), _q_fresh(q_s3, z), k_s2.index(o), k_s3.index(o),
                               _q_fresh(q_s0, z), _q_fresh(q_s1, z), k_s0.index(o), k_s1.index(o),
                               _q_fresh(q_sp, z), kp_s.index(o), bars, _ready(t, _B1),
-                              _ready(t, _A1), ph_set, s_zero)
+                              _ready(t, _A1), ph, s_zero)
         valid = _valid_rows(ids_s, o, n_start + (2 * j + 1) * BLOCK_N, n_end, n_rows, BLOCK_N)
         s = gl.where(valid[None, :], s, float("-inf"))
         s_max = gl.max(s, axis=1) * qk_scale
@@ -493,7 +458,7 @@ def _pp_wg1(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, ids_s, m
         acc_d = warpgroup_mma(p_op, k_s3.index(o), acc_d, is_async=True)
         # P1 for warpgroup 0's PV dots, into the odd slot's rope tile (read by the score dots
         # above, which are done), while these PV dots run
-        _p_tile(kp_s, o, BLOCK_H, BLOCK_N).store(p_bf)
+        kp_s.index(o).store(p_bf)
         # P1 handed over and the odd slot's columns 256-511 freed before waiting for P0, so that
         # warpgroup 0 need not wait for this warpgroup's wait and the half this warpgroup needs
         # first in the next pair is refilled sooner (FlashMLA's kernel does both after its PV
@@ -501,14 +466,14 @@ def _pp_wg1(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, ids_s, m
         fence_async_shared()
         _nb_arrive(_NB_P1)
         acc_c, acc_d = warpgroup_mma_wait(0, deps=[acc_c, acc_d])
-        _arrive(bars, _free(t, _B1, SETS))
+        _arrive(bars, _free(t, _B1))
         # the even tile's rows, with warpgroup 0's probabilities (shared memory)
         _nb_sync(_NB_P0)
-        p0 = _p_tile(kp_s, e, BLOCK_H, BLOCK_N)
+        p0 = kp_s.index(e)
         acc_c = warpgroup_mma(p0, k_s2.index(e), acc_c, is_async=True)
         acc_d = warpgroup_mma(p0, k_s3.index(e), acc_d, is_async=True)
         acc_c, acc_d = warpgroup_mma_wait(0, deps=[acc_c, acc_d])
-        _arrive(bars, _free(t, _B0, SETS))
+        _arrive(bars, _free(t, _B0))
     b_l = _whole_denominator(b_l, l_smem, 1)
     _pp_epilogue(acc_c, acc_d, 2 * LAT, b_m, b_l, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0, n_heads,
                  stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h, HAS_SINK, PARTIAL,
@@ -554,32 +519,29 @@ def sparse_mla_gluon_pp_kernel(
 ):
     """One program (one token x 64 heads x one split of its top-k) over rows of q's dtype, as
     gluon_sm90's kernels, with the two consumer warpgroups on alternate tiles (module
-    docstring), ``PW`` producer warps and ``CONSUMER_REGS`` registers per consumer thread."""
+    docstring), ``PW`` (4) producer warps and ``CONSUMER_REGS`` registers per consumer thread."""
+    gl.static_assert(PW == 4)
     i_t, h0 = _tile_origin(n_heads, BLOCK_H)
     q_s0, q_s1, q_s2, q_s3, q_sp = _load_q(q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
                                            stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, LAT, D_PE,
-                                           False, GATHER_W8 if PW == 8 else GATHER_W4,
-                                           Q_PE_W8 if PW == 8 else Q_PE_W4)
-    # 64-row tiles: two slots (one pair in flight); 32-row tiles: two sets of two, so the next
-    # pair's copies run during this pair's work
-    SETS: gl.constexpr = 64 // BLOCK_N
-    NSLOT: gl.constexpr = 2 * SETS
+                                           False, GATHER_W4, Q_PE_W4)
+    gl.static_assert((BLOCK_H == 64) & (D_PE == 64) & (BLOCK_N == 64))
+    NSLOT: gl.constexpr = 2  # one pair of 64-row tiles
     dtype: gl.constexpr = kv_ptr.dtype.element_ty
     k_s0 = gl.allocate_shared_memory(dtype, [NSLOT, BLOCK_N, LAT], SMEM)
     k_s1 = gl.allocate_shared_memory(dtype, [NSLOT, BLOCK_N, LAT], SMEM)
     k_s2 = gl.allocate_shared_memory(dtype, [NSLOT, BLOCK_N, LAT], SMEM)
     k_s3 = gl.allocate_shared_memory(dtype, [NSLOT, BLOCK_N, LAT], SMEM)
     # the rope, then P: a probability tile [BLOCK_H, BLOCK_N] takes its slot's rope tile
-    gl.static_assert((BLOCK_H == 64) & (D_PE == 64) & ((BLOCK_N == 64) | (BLOCK_N == 32)))
     kp_s = gl.allocate_shared_memory(dtype, [NSLOT, BLOCK_N, D_PE], SMEM)
     ids_s = gl.allocate_shared_memory(gl.int32, [NSLOT, BLOCK_N], FLAT1)  # each slot's row ids
     m_smem = gl.allocate_shared_memory(gl.float32, [2, BLOCK_H], FLAT1)  # m0, then M
     l_smem = gl.allocate_shared_memory(gl.float32, [2, BLOCK_H], FLAT1)
-    bars = gl.allocate_shared_memory(gl.int64, [8 * SETS, 1], mbarrier.MBarrierLayout())
-    for j in gl.static_range(4 * SETS):
+    bars = gl.allocate_shared_memory(gl.int64, [8, 1], mbarrier.MBarrierLayout())
+    for j in gl.static_range(4):
         mbarrier.init(bars.index(j), count=32 * PW)  # ready: one per producer thread
-    for j in gl.static_range(4 * SETS):
-        mbarrier.init(bars.index(4 * SETS + j), count=1)
+    for j in gl.static_range(4):
+        mbarrier.init(bars.index(4 + j), count=1)
     fence_async_shared()  # q's stores and the barriers' initialisation, before the partitions
     _barrier()
 
@@ -588,13 +550,13 @@ def sparse_mla_gluon_pp_kernel(
     p_idx = idx_ptr + i_t * stride_idx_t
     gl.warp_specialize(
         [(_pp_producer, (kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2,
-                         k_s3, kp_s, ids_s, bars, BLOCK_N, LAT, D_PE, PW, SETS)),
+                         k_s3, kp_s, ids_s, bars, BLOCK_N, LAT, D_PE, PW)),
          (_pp_wg0, (q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, ids_s, m_smem, l_smem,
                     bars, n_start, n_end, n_steps, n_rows, qk_scale, sink_ptr, out_ptr, lse_ptr, i_t,
                     i_s, h0, n_heads, stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
-                    HAS_SINK, PARTIAL, BLOCK_H, BLOCK_N, LAT, SETS)),
+                    HAS_SINK, PARTIAL, BLOCK_H, BLOCK_N, LAT)),
          (_pp_wg1, (q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, ids_s, m_smem, l_smem,
                     bars, n_start, n_end, n_steps, n_rows, qk_scale, sink_ptr, out_ptr, lse_ptr, i_t,
                     i_s, h0, n_heads, stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
-                    HAS_SINK, PARTIAL, BLOCK_H, BLOCK_N, LAT, SETS))],
+                    HAS_SINK, PARTIAL, BLOCK_H, BLOCK_N, LAT))],
         [4, 4], [CONSUMER_REGS, CONSUMER_REGS])

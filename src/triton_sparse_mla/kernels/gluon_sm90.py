@@ -32,13 +32,14 @@ fp8_ds_mla rows go into fp16 operands where the table says so (``TileConfig.fp8_
 instructions per step, 1.03-1.05x; shipped). bf16/fp16 rows are gathered by a producer
 warpgroup where the table says so (``TileConfig.producer_warp``,
 :func:`sparse_mla_gluon_ws_kernel`: 1.05-1.07x; shipped), of 8 warps where the table says so
-(``TileConfig.wide_producer``: 1.00-1.04x, 1.16x with random lengths; shipped, run 87).
-fp8_ds_mla rows are gathered and dequantized by a producer warpgroup where the table says so
+(``TileConfig.wide_producer``: 1.00-1.04x, 1.16x with random lengths; run 87). That
+lockstep producer kernel is replaced in the tables by the two consumer warpgroups on
+alternate tiles (``TileConfig.pingpong``, kernels/gluon_pingpong.py: 1.08-1.22x, run 153;
+shipped). fp8_ds_mla rows are gathered and dequantized by a producer warpgroup where the table says so
 (``TileConfig.producer_warp``, kernels/gluon_fp8_producer.py: 1.22-1.25x; shipped, run 98;
 :func:`sparse_mla_gluon_fp8_kernel` below runs without it). On in no table: the next tile's
-score dots issued during this tile's softmax (``TileConfig.qk_ahead``: 0.75-0.82x), and the
-two consumer warpgroups on alternate tiles (``TileConfig.pingpong``, kernels/gluon_pingpong.py:
-0.69-0.84x, runs 91-95). H200, 2026-12-01 and -02, runs 73-98.
+score dots issued during this tile's softmax (``TileConfig.qk_ahead``: 0.75-0.82x). H200,
+2026-12-01 to -03, runs 73-153.
 
 A second shape, for fp8_ds_mla rows with 16 or 32 heads: the same producer kernel with one
 consumer warpgroup that computes the products transposed, heads along the wgmma's N
@@ -731,8 +732,8 @@ def tile_variant(tile, fp8: bool):
         from . import gluon_pingpong
 
         return (gluon_pingpong.sparse_mla_gluon_pp_kernel,
-                dict(PW=pw, BLOCK_N=gluon_pingpong.BLOCK_N, CONSUMER_REGS=gluon_pingpong.CONSUMER_REGS),
-                pw)  # (the producer's warps)
+                dict(PW=gluon_pingpong.PW, CONSUMER_REGS=gluon_pingpong.CONSUMER_REGS),
+                gluon_pingpong.PW)  # (the producer's warps)
     if tile.producer_warp:
         return sparse_mla_gluon_ws_kernel, dict(NS=NS, QK_AHEAD=tile.qk_ahead, PW=pw), NUM_WARPS
     return sparse_mla_gluon_kernel, dict(NS=NS), NUM_WARPS

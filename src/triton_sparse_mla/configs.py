@@ -105,9 +105,9 @@ class TileConfig:
     # With ``producer_warp``: the two consumer warpgroups on alternate tiles, the output's
     # columns split between them (kernels/gluon_pingpong.py), so that one's score dots run
     # during the other's softmax; its producer has 4 warps (not with ``wide_producer``).
-    # bf16/fp16 rows; fp8_ds_mla rows ignore it. 1.08-1.22x of the lockstep producer kernel
+    # bf16/fp16 rows; fp8_ds_mla rows ignore it. 1.03-1.22x of the lockstep producer kernel
     # with 8 producer warps in decode T=32/128 and prefill T=4096, 64 and 128 heads (H200,
-    # 2026-12-03, run 153; BENCHMARKS.md "The 64-head bf16 tile beside FlashMLA's kernel");
+    # 2026-12-03, run 153; BENCHMARKS.md "The alternate-tile kernel shipped");
     # shipped (sm90's _G64).
     pingpong: bool = False
     # With ``gluon``: the Triton tile a call runs where the Gluon kernel does not apply
@@ -231,9 +231,9 @@ C = TileConfig
 # Its two consumer warpgroups on alternate tiles instead of in lockstep (pingpong, with a
 # producer of 4 warps; kernels/gluon_pingpong.py): against the lockstep tile with 8 producer
 # warps, 1.08x at T=128 H=64 (1.16x with random lengths), 1.17x at T=128 H=128, 1.08x at T=32
-# H=128, 1.19x and 1.22x in prefill T=4096 over 32K rows with 64 and 128 heads, 1.12x over 1M
-# rows (H200, 2026-12-03, run 153; BENCHMARKS.md "The 64-head bf16 tile beside FlashMLA's
-# kernel").
+# H=128 (1.03x at T=32 H=64 with random lengths), 1.19x and 1.22x in prefill T=4096 over 32K
+# rows with 64 and 128 heads, 1.12x over 1M rows (H200, 2026-12-03, run 153; BENCHMARKS.md "The
+# alternate-tile kernel shipped").
 _G64 = C(64, 64, 8, 2, exchange_p=True, gluon=True, producer_warp=True, pingpong=True)
 # Its fp8_ds_mla rows into fp16 operands (fp8_f16): 1.03-1.05x on decode T=32-512, 64 and 128
 # heads (H200, 2026-12-01, run 73). Gathered and dequantized by a producer warpgroup of 4 warps

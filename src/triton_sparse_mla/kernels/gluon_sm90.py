@@ -34,7 +34,7 @@ warpgroup where the table says so (``TileConfig.producer_warp``,
 :func:`sparse_mla_gluon_ws_kernel`: 1.05-1.07x; shipped), of 8 warps where the table says so
 (``TileConfig.wide_producer``: 1.00-1.04x, 1.16x with random lengths; run 87). That
 lockstep producer kernel is replaced in the tables by the two consumer warpgroups on
-alternate tiles (``TileConfig.pingpong``, kernels/gluon_pingpong.py: 1.08-1.22x, run 153;
+alternate tiles (``TileConfig.pingpong``, kernels/gluon_pingpong.py: 1.03-1.22x, run 153;
 shipped). fp8_ds_mla rows are gathered and dequantized by a producer warpgroup where the table says so
 (``TileConfig.producer_warp``, kernels/gluon_fp8_producer.py: 1.22-1.25x; shipped, run 98;
 :func:`sparse_mla_gluon_fp8_kernel` below runs without it). On in no table: the next tile's

@@ -38,8 +38,9 @@ Shared memory: q 72 KB, two slots of 64 rows 144 KB, the row max and denominator
 
 Shipped in sm90's tables for bf16/fp16 rows with 64 or more heads (configs._G64). Measured
 (H200, BENCHMARKS.md "Consumers on alternate tiles", its second form, "The 64-head bf16 tile
-beside FlashMLA's kernel" and "The alternate-tile kernel shipped"): from 0.69-0.84x of the lockstep kernel
-(kernels/gluon_sm90.py's ``sparse_mla_gluon_ws_kernel``) in its first form (runs 91-95), by
+beside FlashMLA's kernel" and "The alternate-tile kernel shipped"): from 0.69-0.84x of the
+lockstep kernel (kernels/gluon_sm90.py's ``sparse_mla_gluon_ws_kernel``) in its first form
+(runs 91-95), by
 the hardware-barrier exchanges and the next tile's score dots behind the PV dots (runs
 135-136), 8 producer threads per row (1.11-1.14x, run 137), the row ids loaded once per pair
 a pair ahead (1.06x in decode, run 143), each tile's ids in a shared-memory ring (5% in
@@ -47,9 +48,8 @@ prefill, run 147), warpgroup 1's early hand-over of P1 (3.5-5%, run 149), and q'
 descriptors kept from being hoisted and spilled (``_q_fresh``: with Triton 3.6 for sm90 no
 spill instruction in the kernel, 87 before), to 1.03-1.22x of the lockstep kernel in decode
 T=32/128 and prefill T=4096, 64 and 128 heads (run 153; 0.92-1.03x before ``_q_fresh``, run
-151). A form
-with 32-row tiles in two sets of two slots was 0.97-1.08x of the lockstep kernel there
-(removed; commit 3d2f316 has it).
+151). A form with 32-row tiles in two sets of two slots was 1.01-1.09x of the lockstep kernel
+in runs 152-153 (removed; commit 3d2f316 has it).
 
 Import only where Gluon is available and not under the interpreter (as gluon_sm90).
 """
@@ -83,8 +83,8 @@ P_OP = gl.constexpr(gl.DotOperandLayout(operand_index=0, parent=O_L, k_width=2))
 ROW_THREADS = gl.constexpr(8)
 # q loaded by the producer's warps (the kernel's own), 16 bytes per thread.
 Q_PE_W4 = gl.constexpr(gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0]))
-# The producer's warps: 4 (with 8, 1.02-1.08x slower before ``_q_fresh``, run 145; with the
-# consumers at 224 registers an 8-warp producer would have 32).
+# The producer's warps: 4 (8 measured the same within 1.5% before ``_q_fresh``, run 145; with
+# the consumers at 224 registers an 8-warp producer would have 32).
 PW = 4
 # The consumers' registers (the kernel's CONSUMER_REGS, which kernels/gluon_sm90.tile_variant
 # passes from here): two warpgroups at 224; the 4-warp producer (the default partition) gets

@@ -8,13 +8,17 @@ waits before reading ``m[1]``. Each program runs its own number of pairs, read f
 
 racecheck reports warpgroup 0's read of ``M`` against warpgroup 1's write of it in the kernel,
 with partial lengths only (BENCHMARKS.md "The alternate-tile kernel shipped"). A variant here
-is ``LENGTHS,DELAY``: LENGTHS ``full`` (every program 4 pairs) or ``partial`` (0-4 pairs per
+is ``LENGTHS,DELAY[,BUFS]``: LENGTHS ``full`` (every program 4 pairs) or ``partial`` (0-4 pairs per
 program); DELAY ``none``, ``wg0`` (warpgroup 0 spins between its arrival and its wait, so that
 warpgroup 1 arrives at ``_NB_MAX_JOINT`` first) or ``wg1`` (warpgroup 1 spins before its
-write, so that warpgroup 0 waits first). A report here, where nothing else touches shared
-memory, would be the tool's reading of ``bar.arrive``/``bar.sync``; none, with the kernel's
-report standing, would point back at the kernel. Each variant's outputs are checked and its
-verdict printed after it. Not yet run on a GPU.
+write, so that warpgroup 0 waits first); BUFS 1 (``M`` in one slot, as the kernel) or 2 (``M``
+in two slots by pair parity, so that a slot is rewritten only two pairs after its last read).
+Each variant's outputs are checked and its verdict printed after it.
+
+Run 157 (the five default variants, one slot): racecheck reports warpgroup 0's read of ``M``
+against warpgroup 1's write of it here too, with full lengths as well, every output correct,
+and never the exchange of ``m[0]`` in the other direction, as in the kernel. BUFS=2 was
+written after that run and has not run.
 
 compute-sanitizer --tool racecheck python3 benchmarks/nb_exchange_probe.py [LENGTHS,DELAY ...]
 """
@@ -47,7 +51,7 @@ def _idle(n_pairs):
 
 
 @gluon.jit
-def _wg0(m_smem, out_ptr, n_pairs, spin, DELAY: gl.constexpr):
+def _wg0(m_smem, out_ptr, n_pairs, spin, DELAY: gl.constexpr, BUFS: gl.constexpr):
     """Per pair ``j``: ``m[0] = j + h``, then the joint max read back and summed."""
     o_h = gl.arange(0, H, layout=gl.SliceLayout(1, S_L64))
     acc = gl.zeros([H], gl.float32, layout=gl.SliceLayout(1, S_L64))
@@ -57,12 +61,12 @@ def _wg0(m_smem, out_ptr, n_pairs, spin, DELAY: gl.constexpr):
         if DELAY == 1:
             acc = _spin(acc, spin)
         _nb_sync(_NB_MAX_JOINT)
-        acc += m_smem.index(1).load(acc.type.layout)
+        acc += m_smem.index(1 + j % BUFS).load(acc.type.layout)
     gl.store(out_ptr + gl.program_id(0) * 2 * H + o_h, acc)
 
 
 @gluon.jit
-def _wg1(m_smem, out_ptr, n_pairs, spin, DELAY: gl.constexpr):
+def _wg1(m_smem, out_ptr, n_pairs, spin, DELAY: gl.constexpr, BUFS: gl.constexpr):
     """Per pair: ``M = m[0] + 1`` into ``m[1]``, and the sum of the ``m[0]`` it read."""
     o_h = gl.arange(0, H, layout=gl.SliceLayout(1, S_L64))
     acc = gl.zeros([H], gl.float32, layout=gl.SliceLayout(1, S_L64))
@@ -71,27 +75,28 @@ def _wg1(m_smem, out_ptr, n_pairs, spin, DELAY: gl.constexpr):
         m0 = m_smem.index(0).load(acc.type.layout)
         if DELAY == 2:
             m0 = _spin(m0, spin)
-        m_smem.index(1).store(m0 + 1.0)
+        m_smem.index(1 + j % BUFS).store(m0 + 1.0)
         _nb_arrive(_NB_MAX_JOINT)
         acc += m0
     gl.store(out_ptr + gl.program_id(0) * 2 * H + H + o_h, acc)
 
 
 @gluon.jit
-def nb_exchange_kernel(out_ptr, pairs_ptr, spin, DELAY: gl.constexpr):
-    m_smem = gl.allocate_shared_memory(gl.float32, [2, H], FLAT1)
+def nb_exchange_kernel(out_ptr, pairs_ptr, spin, DELAY: gl.constexpr, BUFS: gl.constexpr):
+    m_smem = gl.allocate_shared_memory(gl.float32, [1 + BUFS, H], FLAT1)
     n_pairs = gl.load(pairs_ptr + gl.program_id(0))
-    gl.warp_specialize([(_idle, (n_pairs,)), (_wg0, (m_smem, out_ptr, n_pairs, spin, DELAY)),
-                        (_wg1, (m_smem, out_ptr, n_pairs, spin, DELAY))], [4, 4], [232, 232])
+    gl.warp_specialize([(_idle, (n_pairs,)), (_wg0, (m_smem, out_ptr, n_pairs, spin, DELAY, BUFS)),
+                        (_wg1, (m_smem, out_ptr, n_pairs, spin, DELAY, BUFS))], [4, 4], [232, 232])
 
 
-def run(lengths: str, delay: str, programs: int = 8):
+def run(lengths: str, delay: str, bufs: str = "1", programs: int = 8):
     """One variant on the GPU; raises if an output is wrong."""
     gen = torch.Generator().manual_seed(0)
     pairs = (torch.full((programs,), 4) if lengths == "full"
              else torch.randint(0, 5, (programs,), generator=gen)).to(torch.int32)
     out = torch.zeros(programs, 2, H.value, device="cuda")
-    nb_exchange_kernel[(programs,)](out, pairs.cuda(), 2000, DELAY=_DELAY[delay], num_warps=4)
+    nb_exchange_kernel[(programs,)](out, pairs.cuda(), 2000, DELAY=_DELAY[delay], BUFS=int(bufs),
+                             num_warps=4)
     torch.cuda.synchronize()
     h = torch.arange(H.value, dtype=torch.float32)
     for p, n in enumerate(pairs.tolist()):

@@ -6,8 +6,8 @@ Forms: ``shipped`` (the shipped plans: the alternate-tile kernel, kernels/gluon_
 ``lockstep`` (the same tile with its consumers in lockstep and 8 producer warps, as shipped
 until run 153: kernels/gluon_sm90.py's ``sparse_mla_gluon_ws_kernel``) and ``pp:REGS`` (the
 alternate-tile kernel with its consumers at REGS registers: gluon_pingpong.CONSUMER_REGS,
-which the launcher reads when a call plans its launch, so one process can run several;
-``pp:REGS:l2`` with gluon_pingpong.L2_AHEAD on).
+which the launcher reads when a call plans its launch, so one process can run several).
+(Run 157 also timed ``pp:REGS:l2``, an L2 prefetch of the next pair's rows, since removed.)
 Prints ``PPC`` lines and writes JSON (after each workload). (Until run 153 forms were
 ``pp:BLOCK_N:PW:REGS``; runs 147-150 also timed switches since removed: ``:each``, ``:early``,
 ``:p1``; BENCHMARKS.md "The 64-head bf16 tile beside FlashMLA's kernel".)
@@ -51,16 +51,16 @@ def form(spec):
         yield
         return
     gp = gluon_pingpong
-    saved = configs.plan_launch, gp.CONSUMER_REGS, gp.L2_AHEAD
+    saved = configs.plan_launch, gp.CONSUMER_REGS
     shipped = saved[0]
     if spec == "lockstep":
         fields = dict(pingpong=False, wide_producer=True)
     else:
-        kind, regs, *opts = spec.split(":")
-        if kind != "pp" or set(opts) - {"l2"}:
-            raise ValueError(f"--forms: shipped, lockstep or pp:REGS[:l2], got {spec!r}")
+        kind, regs = spec.split(":")
+        if kind != "pp":
+            raise ValueError(f"--forms: shipped, lockstep or pp:REGS, got {spec!r}")
         fields = dict(pingpong=True, wide_producer=False)
-        gp.CONSUMER_REGS, gp.L2_AHEAD = int(regs), "l2" in opts
+        gp.CONSUMER_REGS = int(regs)
 
     def plan(*args, **kwargs):
         p = shipped(*args, **kwargs)
@@ -70,7 +70,7 @@ def form(spec):
     try:
         yield
     finally:
-        configs.plan_launch, gp.CONSUMER_REGS, gp.L2_AHEAD = saved
+        configs.plan_launch, gp.CONSUMER_REGS = saved
 
 
 def main():

@@ -91,9 +91,6 @@ PW = 4
 # the rest, 56 (2 x 128 x 224 + 128 x 56 = 64512; Triton launches the 12 warps at 168). At 224
 # no partition spills (Triton 3.6, sm90); 232 measured the same (0.98-1.02x, run 152).
 CONSUMER_REGS = 224
-# Experiment (run 156): the producer also brings the next pair's rows into L2 once its copies of
-# this pair are issued (``_prefetch_rows_l2``), so that their copies find them there.
-L2_AHEAD = False
 
 
 @gluon.jit
@@ -143,27 +140,9 @@ def _prefetch_ids(p_idx, n0, n_end, COUNT: gl.constexpr, PW: gl.constexpr):
 
 
 @gluon.jit
-def _prefetch_rows_l2(kv_ptr, ids, o_j, n_rows, stride_kv, PASSES: gl.constexpr, PW: gl.constexpr,
-                      ROW: gl.constexpr):
-    """Prefetch into L2 the rows named by ``ids`` (``_pass_ids``' layout; invalid ids name
-    row 0): each of a row's ``ROW_THREADS`` threads two 128-byte lines of its ``ROW`` elements
-    (at 0, 64, ..., 512 elements and its last element), holding no register."""
-    PF: gl.constexpr = gl.BlockedLayout([1, 2], [32 // ROW_THREADS, ROW_THREADS], [PW, 1], [1, 0])
-    o_c = gl.arange(0, 2 * ROW_THREADS, layout=gl.SliceLayout(0, PF))
-    o_c = gl.minimum(o_c * 64, ROW - 1)
-    for j in gl.static_range(PASSES):
-        b_idx = gl.sum(gl.where(o_j[None, :] == j, ids, 0), axis=1)
-        b_idx = gl.where((b_idx >= 0) & (b_idx < n_rows), b_idx, 0)
-        b_idx = gl.convert_layout(b_idx, gl.SliceLayout(1, PF))
-        ptrs = (kv_ptr + b_idx.to(gl.int64) * stride_kv)[:, None] + o_c[None, :]
-        gl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs],
-                                  dtype=gl.int32, is_pure=False, pack=1)
-
-
-@gluon.jit
 def _pp_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2, k_s3,
                  kp_s, ids_s, bars, BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
-                 PW: gl.constexpr, L2_AHEAD: gl.constexpr):
+                 PW: gl.constexpr):
     """The producer: per pair of tiles, into the two slots, the halves in the order they free:
     the even slot's columns 0-255 (warpgroup 0's), the odd slot's 256-511 (warpgroup 1's),
     then the even slot's 256-511 with its rope and the odd slot's 0-255 with its rope (each
@@ -209,9 +188,6 @@ def _pp_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0
         _copy_half(k_s0, k_s1, kp_s, kv_ptr, ids_o, o_j, n_rows, stride_kv, o, 0, True, GATHER, ROPE,
                    PASS_ROWS, PASSES, LAT, D_PE)
         async_copy.mbarrier_arrive(bars.index(_ready(t, _A1)), increment_count=False)
-        if L2_AHEAD:
-            _prefetch_rows_l2(kv_ptr, nxt_e, o_j, n_rows, stride_kv, PASSES, PW, 4 * LAT + D_PE)
-            _prefetch_rows_l2(kv_ptr, nxt_o, o_j, n_rows, stride_kv, PASSES, PW, 4 * LAT + D_PE)
         ids_e = nxt_e
         ids_o = nxt_o
 
@@ -539,7 +515,7 @@ def sparse_mla_gluon_pp_kernel(
     stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
     HAS_LEN: gl.constexpr, HAS_SINK: gl.constexpr, PARTIAL: gl.constexpr,
     BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
-    PW: gl.constexpr, CONSUMER_REGS: gl.constexpr, L2_AHEAD: gl.constexpr,
+    PW: gl.constexpr, CONSUMER_REGS: gl.constexpr,
 ):
     """One program (one token x 64 heads x one split of its top-k) over rows of q's dtype, as
     gluon_sm90's kernels, with the two consumer warpgroups on alternate tiles (module
@@ -574,7 +550,7 @@ def sparse_mla_gluon_pp_kernel(
     p_idx = idx_ptr + i_t * stride_idx_t
     gl.warp_specialize(
         [(_pp_producer, (kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2,
-                         k_s3, kp_s, ids_s, bars, BLOCK_N, LAT, D_PE, PW, L2_AHEAD)),
+                         k_s3, kp_s, ids_s, bars, BLOCK_N, LAT, D_PE, PW)),
          (_pp_wg0, (q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, ids_s, m_smem, l_smem,
                     bars, n_start, n_end, n_steps, n_rows, qk_scale, sink_ptr, out_ptr, lse_ptr, i_t,
                     i_s, h0, n_heads, stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,

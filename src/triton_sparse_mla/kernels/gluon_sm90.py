@@ -732,8 +732,7 @@ def tile_variant(tile, fp8: bool):
         from . import gluon_pingpong
 
         return (gluon_pingpong.sparse_mla_gluon_pp_kernel,
-                dict(PW=gluon_pingpong.PW, CONSUMER_REGS=gluon_pingpong.CONSUMER_REGS,
-                     L2_AHEAD=gluon_pingpong.L2_AHEAD),
+                dict(PW=gluon_pingpong.PW, CONSUMER_REGS=gluon_pingpong.CONSUMER_REGS),
                 gluon_pingpong.PW)  # (the producer's warps)
     if tile.producer_warp:
         return sparse_mla_gluon_ws_kernel, dict(NS=NS, QK_AHEAD=tile.qk_ahead, PW=pw), NUM_WARPS

@@ -96,11 +96,11 @@ def run(lengths: str, delay: str, bufs: str = "1", programs: int = 8):
              else torch.randint(0, 5, (programs,), generator=gen)).to(torch.int32)
     out = torch.zeros(programs, 2, H.value, device="cuda")
     nb_exchange_kernel[(programs,)](out, pairs.cuda(), 2000, DELAY=_DELAY[delay], BUFS=int(bufs),
-                             num_warps=4)
+                                    num_warps=4)
     torch.cuda.synchronize()
     h = torch.arange(H.value, dtype=torch.float32)
     for p, n in enumerate(pairs.tolist()):
-        m0_sum = sum(h + j for j in range(n)) if n else torch.zeros(H)
+        m0_sum = sum(h + j for j in range(n)) if n else torch.zeros(H.value)
         torch.testing.assert_close(out[p, 1].cpu(), m0_sum, rtol=1e-3, atol=1e-3)  # (the spins)
         torch.testing.assert_close(out[p, 0].cpu(), m0_sum + n, rtol=1e-3, atol=1e-3)
 

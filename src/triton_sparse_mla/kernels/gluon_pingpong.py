@@ -40,11 +40,10 @@ Shipped in sm90's tables for bf16/fp16 rows with 64 or more heads (configs._G64)
 (H200, BENCHMARKS.md "Consumers on alternate tiles", its second form, "The 64-head bf16 tile
 beside FlashMLA's kernel" and "The alternate-tile kernel shipped"): from 0.69-0.84x of the
 lockstep kernel (kernels/gluon_sm90.py's ``sparse_mla_gluon_ws_kernel``) in its first form
-(runs 91-95), by
-the hardware-barrier exchanges and the next tile's score dots behind the PV dots (runs
-135-136), 8 producer threads per row (1.11-1.14x, run 137), the row ids loaded once per pair
-a pair ahead (1.06x in decode, run 143), each tile's ids in a shared-memory ring (5% in
-prefill, run 147), warpgroup 1's early hand-over of P1 (3.5-5%, run 149), and q's wgmma
+(runs 91-95), by the hardware-barrier exchanges and the next tile's score dots behind the PV
+dots (runs 135-136), 8 producer threads per row (1.11-1.14x, run 137), the row ids loaded once
+per pair a pair ahead (1.06x in decode, run 143), each tile's ids in a shared-memory ring (5%
+in prefill, run 147), warpgroup 1's early hand-over of P1 (3.5-5%, run 149), and q's wgmma
 descriptors kept from being hoisted and spilled (``_q_fresh``: with Triton 3.6 for sm90 no
 spill instruction in the kernel, 87 before), to 1.03-1.22x of the lockstep kernel in decode
 T=32/128 and prefill T=4096, 64 and 128 heads (run 153; 0.92-1.03x before ``_q_fresh``, run

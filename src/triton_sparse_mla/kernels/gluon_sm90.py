@@ -29,17 +29,16 @@ the Triton tile (bf16) and 1.18-1.22x (fp8_ds_mla), decode and prefill (BENCHMAR
 Gluon tile").
 
 fp8_ds_mla rows go into fp16 operands where the table says so (``TileConfig.fp8_f16``: 890
-instructions per step, 1.03-1.05x; shipped). bf16/fp16 rows are gathered by a producer
-warpgroup where the table says so (``TileConfig.producer_warp``,
-:func:`sparse_mla_gluon_ws_kernel`: 1.05-1.07x; shipped), of 8 warps where the table says so
-(``TileConfig.wide_producer``: 1.00-1.04x, 1.16x with random lengths; run 87). That
-lockstep producer kernel is replaced in the tables by the two consumer warpgroups on
-alternate tiles (``TileConfig.pingpong``, kernels/gluon_pingpong.py: 1.03-1.22x, run 153;
-shipped). fp8_ds_mla rows are gathered and dequantized by a producer warpgroup where the table says so
+instructions per step, 1.03-1.05x; shipped). bf16/fp16 rows were gathered by a producer
+warpgroup (``TileConfig.producer_warp``, :func:`sparse_mla_gluon_ws_kernel`: 1.05-1.07x), of 8
+warps (``TileConfig.wide_producer``: 1.00-1.04x, 1.16x with random lengths; run 87); that
+lockstep kernel is replaced in the tables by its two consumer warpgroups on alternate tiles
+(``TileConfig.pingpong``, kernels/gluon_pingpong.py: 1.03-1.22x, run 153; shipped). fp8_ds_mla
+rows are gathered and dequantized by a producer warpgroup where the table says so
 (``TileConfig.producer_warp``, kernels/gluon_fp8_producer.py: 1.22-1.25x; shipped, run 98;
 :func:`sparse_mla_gluon_fp8_kernel` below runs without it). On in no table: the next tile's
-score dots issued during this tile's softmax (``TileConfig.qk_ahead``: 0.75-0.82x). H200,
-2026-12-01 to -03, runs 73-153.
+score dots issued during this tile's softmax (``TileConfig.qk_ahead``: 0.75-0.82x), and the
+lockstep kernels for bf16/fp16 rows. H200, 2026-12-01 to -03, runs 73-153.
 
 A second shape, for fp8_ds_mla rows with 16 or 32 heads: the same producer kernel with one
 consumer warpgroup that computes the products transposed, heads along the wgmma's N

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One self-contained call on the GPU machine: install, test, sanitize, sweep, benchmark.
 # Usage (on the device, from the repo root): bash benchmarks/device_run.sh [steps...]
-# Steps: tests sanitizer sweep narrow stride fp8sweep splits splits-len warps fp8choice wsparts residency residency-toggle residency-warps ncu ppc ppncu exchange apart racecheck racecheck-producer variants wide latency toggle bench prefill (default: tests sanitizer sweep bench
+# Steps: tests sanitizer sweep narrow stride fp8sweep splits splits-len warps fp8choice wsparts residency residency-toggle residency-warps ncu ppc ppncu nbprobe vllmtests exchange apart racecheck racecheck-producer variants wide latency toggle bench prefill (default: tests sanitizer sweep bench
 # prefill). toggle and residency-toggle time a boolean TileConfig field off and on, named by
 # $TOGGLE (e.g. TOGGLE=prefetch_idx), on the workloads of one row format if $TOGGLE_FMT is set
 # (e.g. TOGGLE_FMT=fp8_ds_mla) and of the head counts in $TOGGLE_HEADS (toggle only; e.g.
@@ -59,6 +59,13 @@ for s in $steps; do
       # reported site is counted, so that a site elsewhere stands out)
       timeout 300 compute-sanitizer --tool racecheck python3 benchmarks/sanitize_case.py 2>&1 | tee "$OUT/racecheck.log" | tail -8
       grep -oE "access at [^ ]+ in [^ ]+" "$OUT/racecheck.log" | sort | uniq -c ;;
+    nbprobe) # racecheck on the alternate-tile kernel's row-max exchange alone, one and two buffers
+      # for the joint max (benchmarks/nb_exchange_probe.py; $NB_VARIANTS, default below)
+      timeout 240 compute-sanitizer --tool racecheck python3 benchmarks/nb_exchange_probe.py \
+        ${NB_VARIANTS:-full,none,2 partial,none,2 full,none,1} 2>&1 | tee "$OUT/nb-probe.log" | grep -v '^=========     ' | tail -40 ;;
+    vllmtests) # tests/vllm against vLLM 0.33 carried in .vllm-carry (benchmarks/vllm_device_setup.sh)
+      timeout 400 bash benchmarks/vllm_device_setup.sh python3 -m pytest -q -p no:cacheprovider tests/vllm 2>&1 \
+        | tee "$OUT/vllm-tests.log" | tail -8 ;;
     apart) timeout 420 python3 benchmarks/sweep.py "$OUT/sweep-apart.json" --apart 2>&1 | tee "$OUT/sweep-apart.log" | grep APART ;;
     exchange) timeout 300 python3 benchmarks/sweep.py "$OUT/sweep-exchange.json" --exchange 2>&1 | tee "$OUT/sweep-exchange.log" | grep EXCH ;;
     latency) timeout 300 python3 benchmarks/sweep.py "$OUT/sweep-latency.json" --latency 2>&1 | tee "$OUT/sweep-latency.log" | grep LAT ;;
@@ -68,7 +75,7 @@ for s in $steps; do
     fp8sweep) timeout 330 python3 benchmarks/sweep.py "$OUT/sweep-fp8.json" --fp8 2>&1 | tee "$OUT/sweep-fp8.log" | grep FP8 ;;
     ppc) # the 64-head bf16 kernels side by side: the forms in $PP_FORMS (default lockstep,shipped), FlashMLA
       # (PP_ALL=1: also 128 heads and split decode)
-      timeout 560 python3 benchmarks/pp_compare.py "$OUT/pp-compare.json" ${PP_FORMS:+--forms $PP_FORMS} ${PP_ALL:+--all} 2>&1 | tee "$OUT/pp-compare.log" | grep PPC ;;
+      timeout 560 python3 benchmarks/pp_compare.py "$OUT/pp-compare.json" ${PP_FORMS:+--forms $PP_FORMS} ${PP_ALL:+--all} ${PP_ARGS:-} 2>&1 | tee "$OUT/pp-compare.log" | grep PPC ;;
     ppncu) # the same kernels under Nsight Compute (decode T=128 over 1M rows, prefill T=4096 over 32K)
       for ph in "decode --t 128 --rows 1048576" "prefill --t 4096 --rows 32768"; do
         tag=${ph%% *}

@@ -17,8 +17,10 @@ Each variant's outputs are checked and its verdict printed after it.
 
 Run 157 (the five default variants, one slot): racecheck reports warpgroup 0's read of ``M``
 against warpgroup 1's write of it here too, with full lengths as well, every output correct,
-and never the exchange of ``m[0]`` in the other direction, as in the kernel. BUFS=2 was
-written after that run and has not run.
+and never the exchange of ``m[0]`` in the other direction, as in the kernel. Run 158
+(``full,none,2``, ``partial,none,2``, ``full,none,1``): with ``M`` in two slots too, every
+output correct; so the report does not come from the single slot but from racecheck's reading
+of ``bar.arrive`` (BENCHMARKS.md "The 64-head bf16 tile: q copied by its producer").
 
 compute-sanitizer --tool racecheck python3 benchmarks/nb_exchange_probe.py [LENGTHS,DELAY ...]
 """

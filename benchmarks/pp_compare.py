@@ -1,5 +1,6 @@
 """Time the 64-head bf16 kernels side by side in one process (GPU): forms of the sm90 tile and
-FlashMLA, on the same inputs, two rounds interleaved (the best of the two is reported); each
+FlashMLA, on the same inputs, in rounds (``--rounds``, 2), every other one in the reverse
+order, after ``--heat`` seconds of untimed calls (the best of the rounds is reported); each
 output compared with the first form's, and each time given as a ratio to it.
 
 Forms: ``shipped`` (the shipped plans: the alternate-tile kernel, kernels/gluon_pingpong.py),
@@ -7,17 +8,26 @@ Forms: ``shipped`` (the shipped plans: the alternate-tile kernel, kernels/gluon_
 until run 153: kernels/gluon_sm90.py's ``sparse_mla_gluon_ws_kernel``) and ``pp:REGS`` (the
 alternate-tile kernel with its consumers at REGS registers: gluon_pingpong.CONSUMER_REGS,
 which the launcher reads when a call plans its launch, so one process can run several).
+``mod:NAME``: the shipped plans with the alternate-tile kernel taken from module
+triton_sparse_mla.kernels.NAME (e.g. the file from another commit, written beside
+gluon_pingpong.py for the run: ``git show REV:src/triton_sparse_mla/kernels/gluon_pingpong.py
+> src/triton_sparse_mla/kernels/_pp_base.py``, then ``mod:_pp_base``).
+Any form may end in ``+SPEC``: its kernels compiled with their ``cp.async`` copies rewritten
+as benchmarks/ptx_rewrite.py's SPEC says (``shipped+l2_256``).
 (Run 157 also timed ``pp:REGS:l2``, an L2 prefetch of the next pair's rows, since removed.)
 Prints ``PPC`` lines and writes JSON (after each workload). (Until run 153 forms were
 ``pp:BLOCK_N:PW:REGS``; runs 147-150 also timed switches since removed: ``:each``, ``:early``,
 ``:p1``; BENCHMARKS.md "The 64-head bf16 tile beside FlashMLA's kernel".)
 
 Usage: python benchmarks/pp_compare.py OUT.json [--forms lockstep,shipped,pp:232] [--all]
+    [--rounds 4] [--heat 3] [--rows decode:128:16:fp8_ds_mla,prefill:4096:8:bf16:32768]
+(--rows: other rows in place of the default ones, each PHASE:T:H:FORMAT[:CACHE_ROWS])
 """
 
 import argparse
 import contextlib
 import dataclasses
+import importlib
 import json
 
 import torch
@@ -25,6 +35,8 @@ import torch
 from triton_sparse_mla import configs, sparse_mla_attention
 from triton_sparse_mla.bench import Caches, Workload, flashmla_fn, header, make_inputs, time_us
 from triton_sparse_mla.kernels import gluon_pingpong
+
+from ptx_rewrite import rewritten
 
 WORKLOADS = [
     Workload("decode", 128, 64, "bf16"),
@@ -46,11 +58,27 @@ MORE_WORKLOADS = [
 @contextlib.contextmanager
 def form(spec):
     """The shipped plans (``shipped``), their tile in lockstep (``lockstep``), or as the
-    alternate-tile kernel with its consumers at REGS registers (``pp:REGS``)."""
+    alternate-tile kernel with its consumers at REGS registers (``pp:REGS``), or the shipped
+    plans with the alternate-tile kernel of another module (``mod:NAME``); each with
+    ``+SPEC``, its copies rewritten (module docstring)."""
+    spec, _, ptx = spec.partition("+")
+    if ptx:
+        with rewritten(ptx), form(spec):
+            yield
+        return
     if spec == "shipped":
         yield
         return
     gp = gluon_pingpong
+    if spec.startswith("mod:"):
+        other = importlib.import_module(f"triton_sparse_mla.kernels.{spec[4:]}")
+        saved_kernel = gp.sparse_mla_gluon_pp_kernel
+        gp.sparse_mla_gluon_pp_kernel = other.sparse_mla_gluon_pp_kernel
+        try:
+            yield
+        finally:
+            gp.sparse_mla_gluon_pp_kernel = saved_kernel
+        return
     saved = configs.plan_launch, gp.CONSUMER_REGS
     shipped = saved[0]
     if spec == "lockstep":
@@ -58,7 +86,7 @@ def form(spec):
     else:
         kind, regs = spec.split(":")
         if kind != "pp":
-            raise ValueError(f"--forms: shipped, lockstep or pp:REGS, got {spec!r}")
+            raise ValueError(f"--forms: shipped, lockstep, pp:REGS or mod:NAME, got {spec!r}")
         fields = dict(pingpong=True, wide_producer=False)
         gp.CONSUMER_REGS = int(regs)
 
@@ -73,21 +101,51 @@ def form(spec):
         configs.plan_launch, gp.CONSUMER_REGS = saved
 
 
+def _row(text):
+    """A workload from ``PHASE:T:H:FORMAT[:CACHE_ROWS]``."""
+    phase, t, h, fmt, *n = text.split(":")
+    return Workload(phase, int(t), int(h), fmt, **(dict(n_rows=int(n[0])) if n else {}))
+
+
+def _heat(fn, seconds):
+    """Calls of ``fn`` for about ``seconds``, untimed: the GPU's clocks and temperature then
+    start a row's rounds where they stay through them (a row's first timed call otherwise ran
+    up to 9% faster than the same kernel later in the row: prefill over 32K rows, runs 160-162)."""
+    fn()
+    torch.cuda.synchronize()
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    for _ in range(max(1, int(seconds * 1000 / max(start.elapsed_time(end), 1e-3)))):
+        fn()
+    torch.cuda.synchronize()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
     ap.add_argument("--forms", default="lockstep,shipped")
     ap.add_argument("--all", action="store_true")
+    ap.add_argument("--rows", default="")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--heat", type=float, default=0.0,
+                    help="seconds of untimed calls before a row's first round")
     a = ap.parse_args()
     forms = a.forms.split(",")
     caches, records, head = Caches(), [], header()
-    for w in WORKLOADS + (MORE_WORKLOADS if a.all else []):
+    rows = [_row(r) for r in a.rows.split(",") if r]
+    for w in rows or WORKLOADS + (MORE_WORKLOADS if a.all else []):
         q, kv, idx, lengths = make_inputs(w, caches)
         graph = w.phase == "decode"
         outs, times = {}, {f: [] for f in forms + ["FlashMLA"]}
         fm = flashmla_fn(w, q, kv, idx, lengths, 576 ** -0.5)
-        for _ in range(2):
-            for f in forms:
+        if a.heat:
+            _heat(lambda: sparse_mla_attention(q, kv, idx, 576 ** -0.5, topk_length=lengths), a.heat)
+        for r in range(a.rounds):
+            for f in forms if r % 2 == 0 else forms[::-1]:  # (neither form always runs later)
                 out = torch.empty(w.t, w.h, 512, device="cuda", dtype=torch.bfloat16)
 
                 def call(f=f, out=out):

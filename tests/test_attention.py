@@ -121,11 +121,14 @@ _SM90_ONLY = pytest.mark.skipif(
     reason="the Gluon kernel runs on SM90")
 
 
-def _check_gluon(p, tile, device, q_gain=1.0):
+def _check_gluon(p, tile, device, q_gain=1.0, q_pad=0):
     prob = make_problem(device=device, **p)
     if q_gain != 1.0:  # the same scores from a q of another magnitude (either form of q)
         prob.q = tuple(x * q_gain for x in prob.q) if isinstance(prob.q, tuple) else prob.q * q_gain
         prob.sm_scale = prob.sm_scale / q_gain
+    if q_pad:  # q's rows apart by 576 + q_pad elements (the same values)
+        t, h, d = prob.q.shape
+        prob.q = torch.zeros(t, h, d + q_pad, dtype=prob.q.dtype, device=device)[..., :d].copy_(prob.q)
     kv = aligned_rows(prob.kv)
     ref_out, ref_lse = sparse_mla_reference(prob.q, kv, prob.indices, prob.sm_scale,
                                             topk_length=prob.topk_length, attn_sink=prob.attn_sink)
@@ -155,6 +158,19 @@ def test_gluon_tile(p, device):
     tile = configs.pick_tile("sm90", t_count=128, h_count=64, fp8=p["fmt"] == "fp8_ds_mla")
     assert tile.gluon and tile.producer_warp and tile.pingpong != (p["fmt"] == "fp8_ds_mla")
     _check_gluon(p, tile, device)
+
+
+@pytest.mark.gpu
+@_SM90_ONLY
+@pytest.mark.parametrize("q_pad", [8, 1])
+def test_gluon_tile_q_strides(q_pad, device):
+    """The alternate-tile kernel, whose producer copies q 16 bytes at a time, over a q whose
+    head stride is not a multiple of 16 elements (584, 577): the launcher gives it a copy with
+    standard strides (gluon_sm90._aligned16), and the result matches the reference."""
+    p = case(2, 64, 100, 300, topk_length="partial").values[0]
+    tile = configs.pick_tile("sm90", t_count=128, h_count=64, fp8=False)
+    assert tile.pingpong
+    _check_gluon(p, tile, device, q_pad=q_pad)
 
 
 @pytest.mark.gpu

@@ -33,6 +33,12 @@ loads both tiles' row ids once per pair, a pair ahead, and copies each tile's id
 with its first half, where the consumer that computes the tile's softmax reads which of its
 rows are valid.
 
+The producer also copies q into shared memory, first, while the first tiles' ids load
+(``_copy_q``; the consumers wait for it on a barrier of its own): the partitions start at
+once instead of after a load of q through registers by the kernel's warps (1.01-1.02x in
+prefill, 1.00x in decode, run 163; a q whose start or head stride is not a multiple of 16
+is first copied by the launcher: gluon_sm90._aligned16).
+
 Shared memory: q 72 KB, two slots of 64 rows 144 KB, the row max and denominator exchange
 1 KB, the slots' row ids 0.5 KB: 218 KB. Registers: the consumers at ``CONSUMER_REGS``.
 
@@ -59,8 +65,8 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
-from .gluon_sm90 import (FLAT1, GATHER_W4, SMEM, _NOT_SPECIALIZED,
-                         _barrier, _load_q, _lse_and_scale, _pass_ids, _ring_rows,
+from .gluon_sm90 import (FLAT1, SMEM, _NOT_SPECIALIZED,
+                         _barrier, _lse_and_scale, _pass_ids, _ring_rows,
                          _split_range, _tile_origin)
 
 # The kernel's own warps are the producer's (``PW``, the default partition); the two consumer
@@ -80,8 +86,6 @@ P_OP = gl.constexpr(gl.DotOperandLayout(operand_index=0, parent=O_L, k_width=2))
 # each with its own address. 8 was 1.11-1.14x over 16 here (run 137); in the lockstep kernel's
 # producer, which copies all four latent tiles of a row per address, 0.96-0.97x (run 138).
 ROW_THREADS = gl.constexpr(8)
-# q loaded by the producer's warps (the kernel's own), 16 bytes per thread.
-Q_PE_W4 = gl.constexpr(gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0]))
 # The producer's warps: 4 (8 measured the same within 1.5% before ``_q_fresh``, run 145; with
 # the consumers at 224 registers an 8-warp producer would have 32).
 PW = 4
@@ -118,6 +122,31 @@ def _copy_half(ka, kb, kp, kv_ptr, ids, o_j, n_rows, stride_kv, slot, col0, ROPE
 
 
 @gluon.jit
+def _copy_q(q_s0, q_s1, q_s2, q_s3, q_sp, q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
+            stride_qn_h, stride_qp_t, stride_qp_h, GATHER: gl.constexpr, ROPE: gl.constexpr,
+            PASS_ROWS: gl.constexpr, BLOCK_H: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr):
+    """The asynchronous copies of this program's q (heads ``h0 : h0 + BLOCK_H``, those past
+    ``n_heads`` zero-filled) into its four latent tiles and its rope tile, in passes of
+    PASS_ROWS heads as the rows are copied."""
+    o_c = gl.arange(0, LAT, layout=gl.SliceLayout(0, GATHER))
+    o_p = gl.arange(0, D_PE, layout=gl.SliceLayout(0, ROPE))
+    for j in gl.static_range(BLOCK_H // PASS_ROWS):
+        o_h = h0 + j * PASS_ROWS + gl.arange(0, PASS_ROWS, layout=gl.SliceLayout(1, GATHER))
+        p_q = (q_nope_ptr + i_t * stride_qn_t + o_h * stride_qn_h)[:, None] + o_c[None, :]
+        m_q = (o_h < n_heads)[:, None]
+        async_copy.async_copy_global_to_shared(q_s0.slice(j * PASS_ROWS, PASS_ROWS), p_q, mask=m_q)
+        async_copy.async_copy_global_to_shared(q_s1.slice(j * PASS_ROWS, PASS_ROWS), p_q + LAT, mask=m_q)
+        async_copy.async_copy_global_to_shared(q_s2.slice(j * PASS_ROWS, PASS_ROWS), p_q + 2 * LAT,
+                                               mask=m_q)
+        async_copy.async_copy_global_to_shared(q_s3.slice(j * PASS_ROWS, PASS_ROWS), p_q + 3 * LAT,
+                                               mask=m_q)
+        o_h2 = h0 + j * PASS_ROWS + gl.arange(0, PASS_ROWS, layout=gl.SliceLayout(1, ROPE))
+        p_p = (q_pe_ptr + i_t * stride_qp_t + o_h2 * stride_qp_h)[:, None] + o_p[None, :]
+        async_copy.async_copy_global_to_shared(q_sp.slice(j * PASS_ROWS, PASS_ROWS), p_p,
+                                               mask=(o_h2 < n_heads)[:, None])
+
+
+@gluon.jit
 def _copy_ids(ids_s, slot, p_idx, n0, n_end, BLOCK_N: gl.constexpr, PW: gl.constexpr):
     """The asynchronous copy of entries ``idx[n0:n0 + BLOCK_N]`` into ``ids_s[slot]`` (those
     past ``n_end`` zero-filled), with a tile's first half: the consumer that computes the
@@ -140,10 +169,12 @@ def _prefetch_ids(p_idx, n0, n_end, COUNT: gl.constexpr, PW: gl.constexpr):
 
 @gluon.jit
 def _pp_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2, k_s3,
-                 kp_s, ids_s, bars, BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
-                 PW: gl.constexpr):
-    """The producer: per pair of tiles, into the two slots, the halves in the order they free:
-    the even slot's columns 0-255 (warpgroup 0's), the odd slot's 256-511 (warpgroup 1's),
+                 kp_s, ids_s, bars, q_s0, q_s1, q_s2, q_s3, q_sp, q_nope_ptr, q_pe_ptr, i_t, h0,
+                 n_heads, stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H: gl.constexpr,
+                 BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr, PW: gl.constexpr):
+    """The producer: q (``_copy_q``, arriving on ``_Q_READY``), then per pair of tiles, into the
+    two slots, the halves in the order they free: the even slot's columns 0-255 (warpgroup
+    0's), the odd slot's 256-511 (warpgroup 1's),
     then the even slot's 256-511 with its rope and the odd slot's 0-255 with its rope (each
     read by the other warpgroup's PV dots too). Each half waits for its ``free`` barrier (the
     previous pair) and ends with an arrival on its ``ready`` barrier that lands when
@@ -160,6 +191,11 @@ def _pp_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0
     # ahead, 1.06x in decode with 4 or 8 producer warps, run 143.)
     ids_e = _pass_ids(p_idx, n_start, n_end, PASS_ROWS, PASSES, GATHER)
     ids_o = _pass_ids(p_idx, n_start + BLOCK_N, n_end, PASS_ROWS, PASSES, GATHER)
+    if n_steps > 0:  # (with no rows the consumers read no q)
+        # q, while the first ids load: the consumers wait for it before their first score dots
+        _copy_q(q_s0, q_s1, q_s2, q_s3, q_sp, q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
+                stride_qn_h, stride_qp_t, stride_qp_h, GATHER, ROPE, PASS_ROWS, BLOCK_H, LAT, D_PE)
+        async_copy.mbarrier_arrive(bars.index(_Q_READY), increment_count=False)
     for j in range(gl.cdiv(n_steps, 2)):
         ph = (j & 1) ^ 1  # the previous pair's phase; the first pair passes
         n0 = n_start + 2 * j * BLOCK_N
@@ -195,6 +231,8 @@ def _pp_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0
 # then their free (count 1), each as A0, B0, A1, B1 (the even slot's columns 0-255, 256-511,
 # the odd slot's). (The two consumer warpgroups' exchanges use hardware barriers: _NB_*.)
 _A0, _B0, _A1, _B1 = (gl.constexpr(i) for i in range(4))
+# ... and after them q's ready barrier (count: the producer's threads).
+_Q_READY = gl.constexpr(8)
 
 
 @gluon.jit
@@ -400,6 +438,7 @@ def _pp_wg0(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, ids_s, m
     s = s_zero
     if n_pairs > 0:
         t, e, o = _slots(0, n_steps)
+        mbarrier.wait(bars.index(_Q_READY), 0)
         s = _scores_by_halves(q_s0, q_s1, k_s0.index(e), k_s1.index(e), q_s2, q_s3, k_s2.index(e),
                               k_s3.index(e), q_sp, kp_s.index(e), bars, _ready(t, _A0),
                               _ready(t, _B0), 0, s_zero)
@@ -428,6 +467,8 @@ def _pp_wg1(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, ids_s, m
     """Warpgroup 1: the odd tiles' scores and output columns 256-511 (module docstring),
     which it writes."""
     b_m, b_l, acc_c, acc_d, s_zero = _wg_state(BLOCK_H, BLOCK_N, LAT)
+    if n_steps > 0:
+        mbarrier.wait(bars.index(_Q_READY), 0)
     for j in range(gl.cdiv(n_steps, 2)):
         ph = j & 1
         t, e, o = _slots(j, n_steps)
@@ -521,12 +562,15 @@ def sparse_mla_gluon_pp_kernel(
     docstring), ``PW`` (4) producer warps and ``CONSUMER_REGS`` registers per consumer thread."""
     gl.static_assert(PW == 4)
     i_t, h0 = _tile_origin(n_heads, BLOCK_H)
-    q_s0, q_s1, q_s2, q_s3, q_sp = _load_q(q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
-                                           stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, LAT, D_PE,
-                                           False, GATHER_W4, Q_PE_W4)
     gl.static_assert((BLOCK_H == 64) & (D_PE == 64) & (BLOCK_N == 64))
     NSLOT: gl.constexpr = 2  # one pair of 64-row tiles
     dtype: gl.constexpr = kv_ptr.dtype.element_ty
+    # q, copied by the producer (_copy_q)
+    q_s0 = gl.allocate_shared_memory(dtype, [BLOCK_H, LAT], SMEM)
+    q_s1 = gl.allocate_shared_memory(dtype, [BLOCK_H, LAT], SMEM)
+    q_s2 = gl.allocate_shared_memory(dtype, [BLOCK_H, LAT], SMEM)
+    q_s3 = gl.allocate_shared_memory(dtype, [BLOCK_H, LAT], SMEM)
+    q_sp = gl.allocate_shared_memory(dtype, [BLOCK_H, D_PE], SMEM)
     k_s0 = gl.allocate_shared_memory(dtype, [NSLOT, BLOCK_N, LAT], SMEM)
     k_s1 = gl.allocate_shared_memory(dtype, [NSLOT, BLOCK_N, LAT], SMEM)
     k_s2 = gl.allocate_shared_memory(dtype, [NSLOT, BLOCK_N, LAT], SMEM)
@@ -536,12 +580,13 @@ def sparse_mla_gluon_pp_kernel(
     ids_s = gl.allocate_shared_memory(gl.int32, [NSLOT, BLOCK_N], FLAT1)  # each slot's row ids
     m_smem = gl.allocate_shared_memory(gl.float32, [2, BLOCK_H], FLAT1)  # m0, then M
     l_smem = gl.allocate_shared_memory(gl.float32, [2, BLOCK_H], FLAT1)
-    bars = gl.allocate_shared_memory(gl.int64, [8, 1], mbarrier.MBarrierLayout())
+    bars = gl.allocate_shared_memory(gl.int64, [9, 1], mbarrier.MBarrierLayout())
     for j in gl.static_range(4):
         mbarrier.init(bars.index(j), count=32 * PW)  # ready: one per producer thread
     for j in gl.static_range(4):
         mbarrier.init(bars.index(4 + j), count=1)
-    fence_async_shared()  # q's stores and the barriers' initialisation, before the partitions
+    mbarrier.init(bars.index(_Q_READY), count=32 * PW)
+    fence_async_shared()  # the barriers' initialisation, before the partitions
     _barrier()
 
     i_s = gl.program_id(1)
@@ -549,7 +594,9 @@ def sparse_mla_gluon_pp_kernel(
     p_idx = idx_ptr + i_t * stride_idx_t
     gl.warp_specialize(
         [(_pp_producer, (kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2,
-                         k_s3, kp_s, ids_s, bars, BLOCK_N, LAT, D_PE, PW)),
+                         k_s3, kp_s, ids_s, bars, q_s0, q_s1, q_s2, q_s3, q_sp, q_nope_ptr, q_pe_ptr,
+                         i_t, h0, n_heads, stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H,
+                         BLOCK_N, LAT, D_PE, PW)),
          (_pp_wg0, (q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_s, ids_s, m_smem, l_smem,
                     bars, n_start, n_end, n_steps, n_rows, qk_scale, sink_ptr, out_ptr, lse_ptr, i_t,
                     i_s, h0, n_heads, stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,

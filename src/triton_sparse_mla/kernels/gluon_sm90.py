@@ -50,6 +50,8 @@ Import only where Gluon is available and not under the interpreter (see
 
 import math
 
+import torch
+
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
@@ -738,12 +740,23 @@ def tile_variant(tile, fp8: bool):
     return sparse_mla_gluon_kernel, dict(NS=NS), NUM_WARPS
 
 
+def _aligned16(x):
+    """``x``, or a copy of it with standard strides where its start (bytes) or a stride
+    (elements) is not a multiple of 16, so that Triton's specialization can tell 16-byte
+    copies of its rows apart (a size-1 dimension can carry any stride)."""
+    if x.data_ptr() % 16 == 0 and all(s % 16 == 0 for s in x.stride()[:-1]):
+        return x
+    return torch.empty_like(x, memory_format=torch.contiguous_format).copy_(x)
+
+
 def kernel_args(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, split_size, fp8, tile):
     """``(kernel, arguments)`` of a launch of ``tile`` (a ``TileConfig`` with ``gluon``; see
     ``tile_variant``), less the output's pointers and strides (the launcher adds them for the
     final or the partial output). Shapes as ``kernels.attention.launch_sparse_mla_fwd``;
     ``q_pe`` is required."""
     kernel, constexprs, num_warps = tile_variant(tile, fp8)
+    if tile.pingpong:  # (its producer copies q with 16-byte asynchronous copies)
+        q_nope, q_pe = _aligned16(q_nope), _aligned16(q_pe)
     f16 = fp8 and tile.fp8_f16
     args = dict(
         q_nope_ptr=q_nope, q_pe_ptr=q_pe, kv_ptr=kv, idx_ptr=indices,

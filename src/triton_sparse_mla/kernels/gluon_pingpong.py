@@ -174,11 +174,10 @@ def _pp_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0
                  BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr, PW: gl.constexpr):
     """The producer: q (``_copy_q``, arriving on ``_Q_READY``), then per pair of tiles, into the
     two slots, the halves in the order they free: the even slot's columns 0-255 (warpgroup
-    0's), the odd slot's 256-511 (warpgroup 1's),
-    then the even slot's 256-511 with its rope and the odd slot's 0-255 with its rope (each
-    read by the other warpgroup's PV dots too). Each half waits for its ``free`` barrier (the
-    previous pair) and ends with an arrival on its ``ready`` barrier that lands when
-    this thread's copies have."""
+    0's), the odd slot's 256-511 (warpgroup 1's), then the even slot's 256-511 with its rope
+    and the odd slot's 0-255 with its rope (each read by the other warpgroup's PV dots too).
+    Each half waits for its ``free`` barrier (the previous pair) and ends with an arrival on
+    its ``ready`` barrier that lands when this thread's copies have."""
     GATHER: gl.constexpr = gl.BlockedLayout([1, 8], [32 // ROW_THREADS, ROW_THREADS], [PW, 1], [1, 0])
     ROPE: gl.constexpr = gl.BlockedLayout([1, D_PE // ROW_THREADS], [32 // ROW_THREADS, ROW_THREADS],
                                           [PW, 1], [1, 0])

@@ -741,9 +741,11 @@ def tile_variant(tile, fp8: bool):
 
 
 def _aligned16(x):
-    """``x``, or a copy of it with standard strides where its start (bytes) or a stride
-    (elements) is not a multiple of 16, so that Triton's specialization can tell 16-byte
-    copies of its rows apart (a size-1 dimension can carry any stride)."""
+    """``x``, or a copy of it with standard strides where its start (bytes) or a stride other
+    than the last (elements) is not a multiple of 16: Triton copies rows 16 bytes at a time
+    only where its specialization of the arguments proves them 16-byte aligned, and does not
+    compile narrower asynchronous copies of 2-byte elements. (A size-1 dimension can carry
+    any stride.)"""
     if x.data_ptr() % 16 == 0 and all(s % 16 == 0 for s in x.stride()[:-1]):
         return x
     return torch.empty_like(x, memory_format=torch.contiguous_format).copy_(x)

@@ -198,8 +198,8 @@ def _pp_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0
     for j in range(gl.cdiv(n_steps, 2)):
         ph = (j & 1) ^ 1  # the previous pair's phase; the first pair passes
         n0 = n_start + 2 * j * BLOCK_N
-        # (this prefetch now names the ids loaded just below, as measured in run 143; one pair
-        # further, n0 + 4 * BLOCK_N, would let those loads hit L1: not yet timed)
+        # (this prefetch names the ids loaded just below, as measured in run 143; one pair
+        # further, n0 + 4 * BLOCK_N, measured 0.995-1.005x, and none 0.986-1.002x: run 166)
         _prefetch_ids(p_idx, n0 + 2 * BLOCK_N, n_end, 2 * BLOCK_N, PW)
         nxt_e = _pass_ids(p_idx, n0 + 2 * BLOCK_N, n_end, PASS_ROWS, PASSES, GATHER)
         nxt_o = _pass_ids(p_idx, n0 + 3 * BLOCK_N, n_end, PASS_ROWS, PASSES, GATHER)

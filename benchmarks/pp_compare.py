@@ -33,7 +33,7 @@ import json
 import torch
 
 from triton_sparse_mla import configs, sparse_mla_attention
-from triton_sparse_mla.bench import Caches, Workload, flashmla_fn, header, make_inputs, time_us
+from triton_sparse_mla.bench import Caches, Workload, flashmla_fn, header, heat, make_inputs, time_us
 from triton_sparse_mla.kernels import gluon_pingpong
 
 from ptx_rewrite import rewritten
@@ -107,23 +107,6 @@ def _row(text):
     return Workload(phase, int(t), int(h), fmt, **(dict(n_rows=int(n[0])) if n else {}))
 
 
-def _heat(fn, seconds):
-    """Calls of ``fn`` for about ``seconds``, untimed: the GPU's clocks and temperature then
-    start a row's rounds where they stay through them (a row's first timed call otherwise ran
-    up to 9% faster than the same kernel later in the row: prefill over 32K rows, runs 160-162)."""
-    fn()
-    torch.cuda.synchronize()
-    start = torch.cuda.Event(enable_timing=True)
-    end = torch.cuda.Event(enable_timing=True)
-    start.record()
-    fn()
-    end.record()
-    end.synchronize()
-    for _ in range(max(1, int(seconds * 1000 / max(start.elapsed_time(end), 1e-3)))):
-        fn()
-    torch.cuda.synchronize()
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
@@ -132,7 +115,7 @@ def main():
     ap.add_argument("--rows", default="")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--heat", type=float, default=0.0,
-                    help="seconds of untimed calls before a row's first round")
+                    help="seconds of untimed calls before a row's first round (bench.heat)")
     a = ap.parse_args()
     forms = a.forms.split(",")
     caches, records, head = Caches(), [], header()
@@ -143,7 +126,7 @@ def main():
         outs, times = {}, {f: [] for f in forms + ["FlashMLA"]}
         fm = flashmla_fn(w, q, kv, idx, lengths, 576 ** -0.5)
         if a.heat:
-            _heat(lambda: sparse_mla_attention(q, kv, idx, 576 ** -0.5, topk_length=lengths), a.heat)
+            heat(lambda: sparse_mla_attention(q, kv, idx, 576 ** -0.5, topk_length=lengths), a.heat)
         for r in range(a.rounds):
             for f in forms if r % 2 == 0 else forms[::-1]:  # (neither form always runs later)
                 out = torch.empty(w.t, w.h, 512, device="cuda", dtype=torch.bfloat16)

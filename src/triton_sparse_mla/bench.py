@@ -86,6 +86,11 @@ SLOW_MS = 100.0  # calls slower than this are timed eagerly, three times (only t
 
 
 EAGER_REPS = 10
+# Seconds of untimed calls before a prefill workload is timed. A prefill row's first timed
+# kernel ran 5-9% faster than the same kernel timed after it (H200, runs 160-162: the GPU's
+# clocks fall as long prefill calls heat it); ours is timed first in each row, so without this
+# the ratio to FlashMLA, timed second, would lean our way.
+HEAT_S = 2.0
 
 
 def _eager_ms(fn, reps=1) -> float:
@@ -97,6 +102,15 @@ def _eager_ms(fn, reps=1) -> float:
     end.record()
     end.synchronize()
     return start.elapsed_time(end) / reps
+
+
+def heat(fn, seconds: float = HEAT_S):
+    """Calls of ``fn`` for about ``seconds``, untimed (:data:`HEAT_S`), after one that compiles."""
+    fn()
+    first_ms = _eager_ms(fn)
+    for _ in range(max(1, int(seconds * 1e3 / max(first_ms, 1e-3)))):
+        fn()
+    torch.cuda.synchronize()
 
 
 def time_us(fn, graph=True) -> float:
@@ -225,8 +239,13 @@ def run_workload(w: Workload, caches: Caches, ceilings: dict, baseline=True,
     scale = 576 ** -0.5
     out = torch.empty(w.t, w.h, 512, device="cuda", dtype=torch.bfloat16)
     graph = w.phase == "decode"
-    ours_us = time_us(lambda: sparse_mla_attention(q, kv, idx, scale, topk_length=lengths, out=out),
-                      graph)
+
+    def ours():
+        sparse_mla_attention(q, kv, idx, scale, topk_length=lengths, out=out)
+
+    if not graph:
+        heat(ours)
+    ours_us = time_us(ours, graph)
     rel_err = _or_none("the reference check", w,
                        lambda: reference_error(q, kv, idx, lengths, scale, out))
     fm_us = None

@@ -7,7 +7,9 @@
 # (e.g. TOGGLE_FMT=fp8_ds_mla) and of the head counts in $TOGGLE_HEADS (toggle only; e.g.
 # TOGGLE_HEADS=64,128), with $TOGGLE_BASE set in both variants (toggle only; e.g.
 # TOGGLE_BASE=producer_warp for TOGGLE=qk_ahead); with $TOGGLE set, stride times that field off
-# and on at strides 656 and 768. Logs and JSON go to $OUT.
+# and on at strides 656 and 768. prefill benchmarks the preset in $BENCH_PRESET (default all;
+# its rows are heated 2 s each since bench.HEAT_S, so one preset per call if all runs long).
+# Logs and JSON go to $OUT.
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -89,6 +91,6 @@ for s in $steps; do
         rm -f "$OUT/pp-$tag.ncu-rep"
       done ;;
     bench) timeout 420 python3 -m triton_sparse_mla.cli bench --phase decode --json "$OUT/bench-decode.json" 2> "$OUT/bench-decode.err" | tee "$OUT/bench-decode.log" ;;
-    prefill) timeout 420 python3 -m triton_sparse_mla.cli bench --phase prefill --preset all --json "$OUT/bench-prefill.json" 2> "$OUT/bench-prefill.err" | tee "$OUT/bench-prefill.log" ;;
+    prefill) timeout 560 python3 -m triton_sparse_mla.cli bench --phase prefill --preset ${BENCH_PRESET:-all} --json "$OUT/bench-prefill.json" 2> "$OUT/bench-prefill.err" | tee "$OUT/bench-prefill.log" ;;
   esac
 done

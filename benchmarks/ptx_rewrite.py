@@ -28,8 +28,6 @@ import tempfile
 from triton import knobs
 from triton.runtime.jit import JITFunction
 
-import triton_sparse_mla.kernels.attention  # noqa: F401 (the kernels' modules: _kernels)
-
 _CP = re.compile(r"cp\.async\.cg\.shared\.global \[ [^\]]+ \], \[ [^\]]+ \], 0x10(?:, [%\w]+)?;")
 _PREFETCH = {"l2_128": ".L2::128B", "l2_256": ".L2::256B"}
 
@@ -46,8 +44,9 @@ def rewrite(ptx, spec):
 def _kernels():
     """The JIT functions of triton_sparse_mla.kernels' modules (the Gluon ones imported first,
     and any other module imported from there, as pp_compare's ``mod:NAME``)."""
-    for name in ("gluon_sm90", "gluon_pingpong", "gluon_narrow", "gluon_fp8_producer"):
-        with contextlib.suppress(ImportError):  # (Gluon: not under the interpreter)
+    for name in ("attention", "combine", "dedup", "gluon_sm90", "gluon_pingpong", "gluon_narrow",
+                 "gluon_fp8_producer"):
+        with contextlib.suppress(ImportError):  # (Gluon's: not under the interpreter)
             importlib.import_module(f"triton_sparse_mla.kernels.{name}")
     mods = [m for name, m in list(sys.modules.items()) if name.startswith("triton_sparse_mla.kernels.")]
     return {id(v): v for m in mods for v in vars(m).values() if isinstance(v, JITFunction)}.values()

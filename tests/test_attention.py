@@ -160,6 +160,34 @@ def test_gluon_tile(p, device):
     _check_gluon(p, tile, device)
 
 
+def test_mid_head_counts_take_the_64_head_tile():
+    """On sm90, bf16/fp16 rows with 17-32 heads take the 64-head Gluon tile (heads past H
+    masked), and where the Gluon kernels do not apply, the 32x64 Triton tile; 16 heads keep
+    theirs."""
+    for t in (128, 4096):
+        for h in (17, 20, 32):
+            plan = configs.plan_launch("sm90", 132, 1, t_count=t, h_count=h, topk=2048, fp8=False)
+            assert plan.tile.gluon and plan.tile.pingpong and plan.tile.block_h == 64, (t, h, plan)
+            assert plan.splits == 1, (t, h, plan)
+            bare = configs.plan_launch("sm90", 132, 1, t_count=t, h_count=h, topk=2048, fp8=False,
+                                       gluon=False)
+            assert (bare.tile.block_h, bare.tile.block_n, bare.tile.gluon) == (32, 64, False), bare
+        assert configs.plan_launch("sm90", 132, 1, t_count=t, h_count=16, topk=2048,
+                                   fp8=False).tile.block_h == 16
+
+
+@pytest.mark.gpu
+@_SM90_ONLY
+@pytest.mark.parametrize("h", [20, 32])
+def test_gluon_tile_masked_heads(h, device):
+    """The 64-head alternate-tile kernel over fewer heads (the table's choice for 17-32): the
+    heads past H get zero q rows and no stores, and the result matches the reference."""
+    p = case(3, h, 150, 400, topk_length="partial", sink=True).values[0]
+    tile = configs.plan_launch("sm90", 132, 1, t_count=128, h_count=h, topk=2048, fp8=False).tile
+    assert tile.pingpong and tile.block_h == 64
+    _check_gluon(p, tile, device)
+
+
 @pytest.mark.gpu
 @_SM90_ONLY
 @pytest.mark.parametrize("q_pad", [8, 1])
@@ -405,7 +433,9 @@ def test_plan_depends_on_shapes_only():
             for h in (1, 8, 16, 20, 32, 64, 128):
                 for fp8 in (False, True):
                     plan = configs.plan_launch(family, 132, True, t_count=t, h_count=h, topk=2048, fp8=fp8)
-                    assert 16 <= plan.tile.block_h <= max(16, triton.next_power_of_2(h))
+                    # (a Gluon tile keeps its 64 heads: sm90's 64-head tile for 17-32 heads)
+                    assert 16 <= plan.tile.block_h <= max(16, triton.next_power_of_2(h)) or (
+                        plan.tile.gluon and plan.tile.block_h == 64), (family, t, h, fp8, plan)
                     assert 1 <= plan.splits <= 2048 // (plan.tile.block_n * configs.MIN_TILES_PER_SPLIT)
                     programs = t * -(-h // plan.tile.block_h)
                     wave = configs.programs_per_sm(family, plan.tile) * 132

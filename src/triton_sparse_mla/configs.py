@@ -257,14 +257,22 @@ _N16 = C(16, 64, 4, 2, fp8_f16=True, gluon=True, producer_warp=True,
          fallback=C(16, 32, 4, 3, fp8_f16=True))
 _N32 = C(32, 64, 4, 2, fp8_f16=True, gluon=True, producer_warp=True,
          fallback=C(32, 32, 4, 2, fp8_f16=True))
+# bf16/fp16 rows with 17-32 heads: the 64-head alternate-tile kernel, the heads past H masked
+# (q's zero-filled, their output and lse not stored: a Gluon tile keeps its 64 rows, the
+# wgmma's smallest M), instead of the 32x64 Triton tile (mma.sync: Triton gives tiles of fewer
+# than 64 heads no wgmma). Against that tile, on the same inputs through the public API (H200,
+# 2026-12-03, run 168, benchmarks/mid_heads.py; BENCHMARKS.md "17-32 heads on the 64-head
+# tile"): decode T=8-512 with 32 heads 1.16-1.33x (1.53x with random lengths), T=128 with 20
+# heads 1.50x; prefill T=4096/16384 1.24-1.27x over 32K and 1M rows. Where the Gluon kernels do
+# not apply, that Triton tile (``fallback``).
+_G64_32 = dataclasses.replace(_G64, fallback=C(32, 64, 4, 2))
 _SM90 = {
     ("latency", "plain"): ((_ANY, C(16, 64, 4, 2)),),
     ("latency", "fp8"): ((16, C(16, 32, 4, 2, fp8_f16=True, rows_ahead=True)),
                         (_ANY, C(16, 64, 8, 2, rows_ahead=True))),
-    ("decode", "plain"): ((16, C(16, 64, 4, 3, prefetch_idx=False)), (32, C(32, 64, 4, 2)),
-                          (_ANY, _G64)),
+    ("decode", "plain"): ((16, C(16, 64, 4, 3, prefetch_idx=False)), (32, _G64_32), (_ANY, _G64)),
     ("decode", "fp8"): ((16, _N16), (32, _N32), (_ANY, _G64_F16)),
-    ("prefill", "plain"): ((16, C(16, 64, 4, 2)), (32, C(32, 64, 4, 2)), (_ANY, _G64)),
+    ("prefill", "plain"): ((16, C(16, 64, 4, 2)), (32, _G64_32), (_ANY, _G64)),
     ("prefill", "fp8"): ((16, _N16), (32, _N32), (_ANY, _G64_F16)),
 }
 # sm80 (163 KB), sm86 (99 KB) and sm100: not measured on their GPUs (none is available here).
@@ -441,13 +449,12 @@ def plan_launch(family: str, sm_count: int, fp8_cvt: int, *, t_count: int, h_cou
     tile = pick_tile(family, t_count=t_count, h_count=h_count, fp8=fp8)
     if tile.gluon and not gluon:
         tile = tile.without_gluon()
-    # Never tile more heads than exist (beyond the 16 rows tl.dot needs).
+    # A Triton tile never tiles more heads than exist (beyond the 16 rows tl.dot needs). A Gluon
+    # tile keeps its heads, those past H masked: the table puts it there on purpose (the 64-head
+    # tile for 17-32 heads), and its wgmma has no smaller M.
     block_h = min(tile.block_h, max(16, triton.next_power_of_2(h_count)))
-    if block_h != tile.block_h:
-        try:  # (a Gluon tile of fewer heads where one exists)
-            tile = dataclasses.replace(tile, block_h=block_h)
-        except ValueError:
-            tile = dataclasses.replace(tile.without_gluon(), block_h=block_h)
+    if block_h != tile.block_h and not tile.gluon:
+        tile = dataclasses.replace(tile, block_h=block_h)
     splits = choose_splits(t_count, cdiv(h_count, block_h), topk, tile.block_n, sm_count,
                            programs_per_sm(family, tile))
     return LaunchPlan(tile=tile, splits=splits, fp8_cvt=fp8_cvt,

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # One self-contained call on the GPU machine: install, test, sanitize, sweep, benchmark.
 # Usage (on the device, from the repo root): bash benchmarks/device_run.sh [steps...]
-# Steps: tests sanitizer sweep narrow stride fp8sweep splits splits-len warps fp8choice wsparts residency residency-toggle residency-warps ncu ppc ppncu nbprobe vllmtests mid exchange apart racecheck racecheck-producer variants wide latency toggle bench prefill (default: tests sanitizer sweep bench
+# Steps: tests sanitizer sweep narrow stride fp8sweep splits splits-len warps fp8choice wsparts residency residency-toggle residency-warps ncu ppc ppncu nbprobe vllmtests mid splitn exchange apart racecheck racecheck-producer variants wide latency toggle bench prefill (default: tests sanitizer sweep bench
 # prefill). toggle and residency-toggle time a boolean TileConfig field off and on, named by
 # $TOGGLE (e.g. TOGGLE=prefetch_idx), on the workloads of one row format if $TOGGLE_FMT is set
 # (e.g. TOGGLE_FMT=fp8_ds_mla) and of the head counts in $TOGGLE_HEADS (toggle only; e.g.
 # TOGGLE_HEADS=64,128), with $TOGGLE_BASE set in both variants (toggle only; e.g.
 # TOGGLE_BASE=producer_warp for TOGGLE=qk_ahead); with $TOGGLE set, stride times that field off
-# and on at strides 656 and 768. prefill benchmarks the preset in $BENCH_PRESET (default all;
+# and on at strides 656 and 768. bench (decode) and prefill benchmark the preset in $BENCH_PRESET (default all;
 # its rows are heated 2 s each since bench.HEAT_S, so one preset per call if all runs long).
 # Logs and JSON go to $OUT.
 set -u
@@ -30,10 +30,11 @@ for s in $steps; do
     sweep) timeout 400 python3 benchmarks/sweep.py "$OUT/sweep.json" > "$OUT/sweep.log" 2>&1; grep BEST "$OUT/sweep.log" ;;
     splits) timeout 200 python3 benchmarks/sweep.py "$OUT/sweep-splits.json" --splits 2>&1 | tee "$OUT/sweep-splits.log" | grep SPLIT ;;
     splits-len) timeout 240 python3 benchmarks/sweep.py "$OUT/sweep-splits-len.json" --splits-len 2>&1 | tee "$OUT/sweep-splits-len.log" | grep SPLIT ;;
+    splitn) timeout 200 python3 benchmarks/split_count.py "$OUT/split-count.json" 2>&1 | tee "$OUT/split-count.log" | grep SPLITN ;;
     mid) timeout 300 python3 benchmarks/mid_heads.py "$OUT/mid-heads.json" --rounds 4 2>&1 | tee "$OUT/mid-heads.log" | grep MID ;;
     wsparts) timeout 120 python3 benchmarks/workspace_parts.py "$OUT/workspace-parts.json" 2>&1 | tee "$OUT/workspace-parts.log" | grep PARTS ;;
     stride) timeout 240 python3 benchmarks/row_stride.py "$OUT/row-stride.json" ${TOGGLE:+--toggle $TOGGLE} 2>&1 | tee "$OUT/row-stride.log" | grep STRIDE ;;
-    fp8choice) timeout 240 python3 benchmarks/fp8_prefill_choice.py "$OUT/fp8-prefill-choice.json" 2>&1 | tee "$OUT/fp8-prefill-choice.log" | grep CHOICE ;;
+    fp8choice) timeout 240 python3 benchmarks/fp8_prefill_choice.py "$OUT/fp8-prefill-choice.json" ${CHOICE_HEADS:+--heads $CHOICE_HEADS} 2>&1 | tee "$OUT/fp8-prefill-choice.log" | grep CHOICE ;;
     residency) timeout 300 python3 benchmarks/residency.py "$OUT/residency.json" ${TOGGLE_FMT:+--fmt $TOGGLE_FMT} 2>&1 | tee "$OUT/residency.log" | grep RES ;;
     residency-toggle) timeout 300 python3 benchmarks/residency.py "$OUT/residency-toggle.json" --toggle "$TOGGLE" ${TOGGLE_FMT:+--fmt $TOGGLE_FMT} 2>&1 | tee "$OUT/residency-toggle.log" | grep RES ;;
     ncu) timeout 300 ncu --clock-control none --profile-from-start off --kernel-name regex:sparse_mla_ \
@@ -91,7 +92,7 @@ for s in $steps; do
         ncu --import "$OUT/pp-$tag.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip > "$OUT/pp-$tag-source.csv.gz"
         rm -f "$OUT/pp-$tag.ncu-rep"
       done ;;
-    bench) timeout 420 python3 -m triton_sparse_mla.cli bench --phase decode --json "$OUT/bench-decode.json" 2> "$OUT/bench-decode.err" | tee "$OUT/bench-decode.log" ;;
+    bench) timeout 420 python3 -m triton_sparse_mla.cli bench --phase decode --preset ${BENCH_PRESET:-all} --json "$OUT/bench-decode.json" 2> "$OUT/bench-decode.err" | tee "$OUT/bench-decode.log" ;;
     prefill) timeout 560 python3 -m triton_sparse_mla.cli bench --phase prefill --preset ${BENCH_PRESET:-all} --json "$OUT/bench-prefill.json" 2> "$OUT/bench-prefill.err" | tee "$OUT/bench-prefill.log" ;;
   esac
 done

@@ -27,13 +27,13 @@ def test_all_configs_compile_and_fit(tmp_path):
     assert targets == {"sm80", "sm86", "sm89", "sm90", "sm100", "sm120"}
     for family in configs.CONFIGS:
         for phase, kind, tile in configs.all_tiles(family):
-            key = f"{phase}/{kind}/{tile.block_h}x{tile.block_n}"
+            key = configs.tile_key(phase, kind, tile)
             hits = [r for r in records if r["family"] == family and r["config"] == key]
             assert hits and all(r["shared"] <= configs.SMEM_LIMIT[family] for r in hits)
     # The split rule never counts more resident programs than the shared memory per SM holds;
     # on the sm86 family, shared memory is what decides.
     # (sm80, not measured, keeps sm90's count for its 4-warp tiles; two of them fit only one.)
-    tiles = {(family, f"{phase}/{kind}/{tile.block_h}x{tile.block_n}"): tile
+    tiles = {(family, configs.tile_key(phase, kind, tile)): tile
              for family in configs.CONFIGS for phase, kind, tile in configs.all_tiles(family)}
     assert len(tiles) == sum(len(configs.all_tiles(f)) for f in configs.CONFIGS)  # (keys unique)
     for r in records:

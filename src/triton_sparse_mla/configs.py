@@ -353,6 +353,15 @@ def all_tiles(family: str):
     return seen
 
 
+def tile_key(phase: str, kind: str, tile: TileConfig) -> str:
+    """A table entry's name in compile records, e.g. ``decode/plain/64x64``; with the shape of
+    its ``fallback`` where it has one (``decode/plain/64x64+32x64``), which tells apart two
+    entries of one Gluon shape that fall back to different Triton tiles."""
+    key = f"{phase}/{kind}/{tile.block_h}x{tile.block_n}"
+    fb = tile.fallback
+    return key if fb is None else f"{key}+{fb.block_h}x{fb.block_n}"
+
+
 def family_of(capability: tuple[int, int]) -> str:
     """Map a CUDA compute capability to its configuration family."""
     major, minor = capability

@@ -46,12 +46,14 @@ MIN_REUSE = 8
 # never): T=4096 and 16384 over caches of 32K rows (reuse 256, 1024), 1M rows (8) and 1M rows
 # read inside a 64K window (128). With 8-16 heads (the few-head tile) the in-kernel path is
 # 1.33x faster at reuse 8, 1.01x at 128, and the workspace 1.01-1.05x faster at 256, 1.13x at
-# 1024; with 32 heads the in-kernel path is faster at every reuse measured, 1.17x at 256,
-# 1.61x at 8, 1.21x at 1024 (run 119); with 64 heads (the dequantizing producer) 1.18x at 8,
+# 1024; with 32 heads, since the workspace's bf16 rows run the 64-head tile (configs._G64_32),
+# the workspace is 1.05x faster at 256 and 1.06x at 1024, the in-kernel path 1.03x at 128 and
+# 1.25x at 8 (H200, 2026-12-03, run 170; before, with the 32x64 Triton tile, the in-kernel path
+# won at every reuse, run 119); with 64 heads (the dequantizing producer) 1.18x at 8,
 # a tie at 128, the workspace 1.05x faster at 256 and 1.08x at 1024; with 128 heads the
 # workspace 1.01-1.09x faster everywhere (H200, 2026-12-02, runs 118-119, BENCHMARKS.md
 # "fp8_ds_mla rows: what their alignment costs, and prefill in the kernel").
-MIN_REUSE_GLUON = ((16, 256), (32, None), (64, 256), (None, MIN_REUSE))
+MIN_REUSE_GLUON = ((16, 256), (32, 256), (64, 256), (None, MIN_REUSE))
 # Largest workspace (bytes of dequantized rows) a call may allocate.
 MAX_BYTES = 2 << 30
 # Largest workspace sized from the shapes alone (min(N, T x K) slots, counted rows or not): a

@@ -6,10 +6,10 @@ leaves half the SMs idle (4 tokens x 16 splits); at T=32 each program runs 8 til
 each workload through the public API (CUDA-graph replays, as decode runs) with the split count
 forced to each of ``COUNTS`` (up to one 64-row tile per split), beside the shipped rule and
 FlashMLA, and checks every output against the shipped one.
-With ``--rule``: the split rule with and without ``configs.GATHER_STREAMS_SHARE`` on the
-64-head tiles where it changes the count (T in {8, 16, 32, 64}; bf16 with 32 and 64 heads,
-fp8_ds_mla with 64), each workload timed in both orders.
-Usage: python benchmarks/split_count.py OUT.json [--rule]
+(A rule measured with it and dropped: at most half the SMs' count of (token, split) pairs on
+the 64-head tiles, commit 8c0c75f's ``--rule`` mode; BENCHMARKS.md "Split counts for few
+tokens".)
+Usage: python benchmarks/split_count.py OUT.json
 """
 
 import json
@@ -24,34 +24,6 @@ COUNTS = (1, 2, 4, 8, 16, 32)
 WORKLOADS = [Workload("decode", t, h, fmt) for fmt in ("bf16", "fp8_ds_mla")
              for t, h in ((4, 64), (4, 128), (32, 64), (32, 128))] + [
     Workload("decode", 128, 64, "bf16")]
-
-
-RULE_WORKLOADS = [Workload("decode", t, h, fmt) for fmt in ("bf16", "fp8_ds_mla")
-                  for t in (8, 16, 32, 64) for h in (32, 64) if fmt == "bf16" or h == 64]
-
-
-def main_rule(path):
-    caches, records = Caches(), []
-    shipped = configs.GATHER_STREAMS_SHARE
-    for w in RULE_WORKLOADS:
-        q, kv, idx, lengths = make_inputs(w, caches)
-        out = torch.empty(w.t, w.h, 512, device="cuda", dtype=torch.bfloat16)
-        res = {}
-        for share in (shipped, None, None, shipped):
-            configs.GATHER_STREAMS_SHARE = share
-            try:
-                plan = configs.plan_launch(*configs.device_traits(0), t_count=w.t, h_count=w.h,
-                                           topk=w.k, fp8=w.fmt == "fp8_ds_mla")
-                us = time_us(lambda: sparse_mla_attention(q, kv, idx, 576 ** -0.5, out=out))
-            finally:
-                configs.GATHER_STREAMS_SHARE = shipped
-            res.setdefault(str(share), dict(splits=plan.splits, us=[]))["us"].append(us)
-        new, old = (min(res[str(v)]["us"]) for v in (shipped, None))
-        records.append(dict(workload=w.name, variants=res, new_over_old=old / new))
-        print(f"RULE {w.name:36} share {res[str(shipped)]['splits']:2d} splits {new:7.1f} | none "
-              f"{res['None']['splits']:2d} splits {old:7.1f} | x{old / new:.3f}", flush=True)
-        with open(path, "w") as f:
-            json.dump(dict(header=header(), records=records), f, indent=1)
 
 
 def main(path):
@@ -93,4 +65,4 @@ def main(path):
 
 
 if __name__ == "__main__":
-    (main_rule if "--rule" in sys.argv else main)(sys.argv[1])
+    main(sys.argv[1])

@@ -425,20 +425,12 @@ def fit_by_shared_memory(shared: int, capability: int) -> int:
     return SMEM_PER_SM_KB[capability] * 1024 // (shared + SMEM_RESERVED_PER_BLOCK)
 
 
-# sm90's 64-head Gluon tiles: at most this share of the SMs' count of (token, split) pairs
-# gathering rows at once (a token's head tiles read the same rows). TODO(run) measured below.
-GATHER_STREAMS_SHARE = 0.5
-
-
 def choose_splits(t_count: int, h_tiles: int, topk: int, block_n: int, sm_count: int,
-                  per_sm: int, streams_share: float | None = None) -> int:
+                  per_sm: int) -> int:
     """Split the top-k axis when tokens x head tiles would leave SMs idle, never past one wave
-    of ``per_sm`` programs per SM (:func:`programs_per_sm`), nor, with ``streams_share``, past
-    ``streams_share x sm_count`` (token, split) pairs."""
+    of ``per_sm`` programs per SM (:func:`programs_per_sm`)."""
     programs = t_count * h_tiles
     wanted = (per_sm * sm_count) // programs
-    if streams_share is not None:
-        wanted = min(wanted, max(1, int(streams_share * sm_count) // t_count))
     most = max(1, topk // (block_n * MIN_TILES_PER_SPLIT))
     return max(1, min(wanted, most))
 
@@ -472,8 +464,7 @@ def plan_launch(family: str, sm_count: int, fp8_cvt: int, *, t_count: int, h_cou
     block_h = min(tile.block_h, max(16, triton.next_power_of_2(h_count)))
     if block_h != tile.block_h and not tile.gluon:
         tile = dataclasses.replace(tile, block_h=block_h)
-    share = GATHER_STREAMS_SHARE if (tile.gluon and tile.block_h == 64) else None
     splits = choose_splits(t_count, cdiv(h_count, block_h), topk, tile.block_n, sm_count,
-                           programs_per_sm(family, tile), share)
+                           programs_per_sm(family, tile))
     return LaunchPlan(tile=tile, splits=splits, fp8_cvt=fp8_cvt,
                       pin_conversion=pin_fp8_conversion(family, block_h))

@@ -64,11 +64,13 @@ def heads_blocks(n_splits: int, n_heads: int, d_v: int = 512) -> tuple[int, int]
             max(1, min(triton.next_power_of_2(n_heads), ROW_VALUES // d_v)))
 
 
-def launch_combine_heads(part_o, part_lse, attn_sink, out, lse):
+def launch_combine_heads(part_o, part_lse, attn_sink, out, lse, block_hc=None):
     """As kernels.combine.launch_combine: ``part_o [T, S, H, 512]`` fp32, ``part_lse [T, H, S]``
-    fp32 -> ``out [T, H, 512]``, ``lse``."""
+    fp32 -> ``out [T, H, 512]``, ``lse``; ``block_hc`` heads per program (default: 8, fewer
+    with fewer heads)."""
     t_count, n_splits, h_count, d_v = part_o.shape
-    block_s, block_hc = heads_blocks(n_splits, h_count, d_v)
+    block_s, block_hc_default = heads_blocks(n_splits, h_count, d_v)
+    block_hc = block_hc or block_hc_default
     combine_heads_kernel[(t_count, triton.cdiv(h_count, block_hc))](
         part_o_ptr=part_o, part_lse_ptr=part_lse, sink_ptr=attn_sink, out_ptr=out, lse_ptr=lse,
         n_splits=n_splits, n_heads=h_count,

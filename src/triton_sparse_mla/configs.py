@@ -464,7 +464,7 @@ def plan_launch(family: str, sm_count: int, fp8_cvt: int, *, t_count: int, h_cou
     block_h = min(tile.block_h, max(16, triton.next_power_of_2(h_count)))
     if block_h != tile.block_h and not tile.gluon:
         tile = dataclasses.replace(tile, block_h=block_h)
-    splits = choose_splits(t_count, cdiv(h_count, block_h), topk, tile.block_n, sm_count,
+    splits = choose_splits(t_count, cdiv(h_count, tile.block_h), topk, tile.block_n, sm_count,
                            programs_per_sm(family, tile))
     return LaunchPlan(tile=tile, splits=splits, fp8_cvt=fp8_cvt,
-                      pin_conversion=pin_fp8_conversion(family, block_h))
+                      pin_conversion=pin_fp8_conversion(family, tile.block_h))

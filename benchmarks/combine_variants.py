@@ -8,7 +8,7 @@ columns in four chunks of 128, and stores each chunk before it loads the next (a
 alias the next load, so the loads cannot move ahead of it). This one runs a program per
 (token, 8 heads), loads every split's rows of those heads with no store between the loads (each
 split's rows of the program's heads one contiguous run of 16 KB), sums them in registers (no
-reduction across threads), then stores.
+reduction across threads, no barrier: compiled for sm90 by Triton 3.8), then stores.
 """
 
 import triton
@@ -29,16 +29,21 @@ def combine_heads_kernel(
     HAS_SINK: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_HC: tl.constexpr, D_V: tl.constexpr,
 ):
     i_t = tl.program_id(0).to(tl.int64)
-    o_h = tl.program_id(1) * BLOCK_HC + tl.arange(0, BLOCK_HC)
-    o_s = tl.arange(0, BLOCK_S)
-    o_d = tl.arange(0, D_V)
+    # Per-head values as [BLOCK_HC, 1] columns, which broadcast over the accumulator's rows
+    # with no layout conversion inside the loop over splits.
+    o_h = tl.program_id(1) * BLOCK_HC + tl.arange(0, BLOCK_HC)[:, None]
+    o_d = tl.arange(0, D_V)[None, :]
     m_h = o_h < n_heads
     p_lse = part_lse_ptr + i_t * stride_pl_t + o_h * stride_pl_h
-    b_lse = tl.load(p_lse[None, :] + o_s[:, None], mask=(o_s[:, None] < n_splits) & m_h[None, :],
-                    other=float("-inf"))  # [BLOCK_S, BLOCK_HC]
-    b_max = tl.max(b_lse, axis=0)  # [BLOCK_HC]
+    # The max and the sum over splits split by split (no reduction across threads, whose
+    # layout Triton would impose on the accumulator); the lse loads repeat from L1.
+    b_max = tl.full([BLOCK_HC, 1], float("-inf"), tl.float32)
+    for s in tl.static_range(BLOCK_S):
+        b_max = tl.maximum(b_max, tl.load(p_lse + s, mask=m_h & (s < n_splits), other=float("-inf")))
     b_max = tl.where(b_max == float("-inf"), 0.0, b_max)
-    b_sum = tl.sum(tl.exp2(b_lse - b_max[None, :]), axis=0)
+    b_sum = tl.zeros([BLOCK_HC, 1], tl.float32)
+    for s in tl.static_range(BLOCK_S):
+        b_sum += tl.exp2(tl.load(p_lse + s, mask=m_h & (s < n_splits), other=float("-inf")) - b_max)
     m_nonempty = b_sum > 0.0
     b_lse2 = tl.where(m_nonempty, b_max + tl.log2(tl.where(m_nonempty, b_sum, 1.0)), float("-inf"))
     b_scale = 1.0 / tl.where(m_nonempty, b_sum, 1.0)
@@ -46,14 +51,14 @@ def combine_heads_kernel(
         b_scale = b_scale * sink_factor(b_lse2, tl.load(sink_ptr + o_h, mask=m_h, other=0.0))
     # Every split's rows of these heads loaded with no store between them (one contiguous run
     # of BLOCK_HC x 2 KB per split), weighted and summed in registers.
-    p_po = part_o_ptr + i_t * stride_po_t + o_h[:, None] * stride_po_h + o_d[None, :]
+    p_po = part_o_ptr + i_t * stride_po_t + o_h * stride_po_h + o_d
     acc = tl.zeros([BLOCK_HC, D_V], dtype=tl.float32)
     for s in tl.static_range(BLOCK_S):
         m_s = m_h & (s < n_splits)
         b_w = tl.exp2(tl.load(p_lse + s, mask=m_s, other=float("-inf")) - b_max) * b_scale
-        acc += tl.load(p_po + s * stride_po_s, mask=m_s[:, None], other=0.0) * b_w[:, None]
-    tl.store(out_ptr + i_t * stride_o_t + o_h[:, None] * stride_o_h + o_d[None, :],
-             acc.to(out_ptr.dtype.element_ty), mask=m_h[:, None])
+        acc += tl.load(p_po + s * stride_po_s, mask=m_s, other=0.0) * b_w
+    tl.store(out_ptr + i_t * stride_o_t + o_h * stride_o_h + o_d, acc.to(out_ptr.dtype.element_ty),
+             mask=m_h)
     if lse_ptr is not None:
         tl.store(lse_ptr + i_t * stride_lse_t + o_h * stride_lse_h, b_lse2 * LN2, mask=m_h)
 

@@ -304,7 +304,7 @@ def test_gluon_runs_where_it_applies(device, monkeypatch):
         configs.TileConfig(32, 64, 8, 2, gluon=True)
     with pytest.raises(ValueError, match="gluon.*16 or 32 heads.*producer_warp.*got 16 x 64 with 4"):
         configs.TileConfig(16, 64, 4, 2, gluon=True)
-    # a few-head Gluon tile trimmed to fewer heads keeps its kernel where one exists
+    # the few-head Gluon tile for 16 heads (the planner never cuts a Gluon tile's heads)
     assert configs.plan_launch("sm90", 132, 1, t_count=128, h_count=16, topk=2048, fp8=True).tile.gluon
     # where the Gluon kernels do not apply, the planner takes each Gluon tile's Triton tile: the
     # few-head ones' fallback (the Triton tiles they replaced, two programs per SM), the 64-head

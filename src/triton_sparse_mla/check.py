@@ -1,10 +1,10 @@
 """Self-check: run the public API on embedded problems and compare with the float64 reference.
 
 On a GPU the problems are decode- and prefill-sized: 4 tokens with 64 heads, 16 tokens with
-16 heads (on SM90 the two Gluon tiles: kernels/gluon_sm90.py's 64-head one and, for
-fp8_ds_mla rows, kernels/gluon_narrow.py's few-head one), and 1024 tokens over 32K rows (the
-fp8_ds_mla workspace of :mod:`triton_sparse_mla.workspace`); on a CPU (through Triton's
-interpreter) they are small. One verdict line per format and geometry; the return
+16 and with 32 heads (on SM90 the Gluon tiles: the 64-head ones, which also take bf16/fp16 rows
+with 32 heads, their heads past 32 masked, and for fp8_ds_mla rows kernels/gluon_narrow.py's
+few-head one), and 1024 tokens over 32K rows (the fp8_ds_mla workspace of
+:mod:`triton_sparse_mla.workspace`); on a CPU (through Triton's interpreter) they are small. One verdict line per format and geometry; the return
 value says if all passed.
 """
 
@@ -46,7 +46,7 @@ def run_check(device: torch.device, *, verbose=print) -> bool:
     on_gpu = device.type == "cuda"
     # (label, T, H, K, N): decode-sized (split top-k) and, on a GPU, prefill-sized problems.
     sizes = ([("decode", 4, 64, 2048, 65536), ("few-head", 16, 16, 2048, 65536),
-              ("prefill", 1024, 16, 512, 32768)] if on_gpu
+              ("32-head", 16, 32, 2048, 65536), ("prefill", 1024, 16, 512, 32768)] if on_gpu
              else [("decode", 2, 16, 128, 512)])
     if on_gpu:
         name = torch.cuda.get_device_name(device)

@@ -13,11 +13,15 @@ Usage: python benchmarks/kernel_split_probe.py OUT.json
 import collections
 import json
 import sys
+from pathlib import Path
 
 import torch
 
-from triton_sparse_mla import configs, sparse_mla_attention
-from triton_sparse_mla.bench import Caches, Workload, header, make_inputs, time_us
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from split_count import forced_splits  # noqa: E402
+
+from triton_sparse_mla import sparse_mla_attention  # noqa: E402
+from triton_sparse_mla.bench import Caches, Workload, header, make_inputs, time_us  # noqa: E402
 
 REPS = 50
 VARIANTS = [  # (name, T, H, splits, zero q heads from)
@@ -28,23 +32,21 @@ VARIANTS = [  # (name, T, H, splits, zero q heads from)
 
 def main(path):
     caches, records = Caches(), []
-    shipped_rule = configs.choose_splits
     for name, t, h, splits, zero_from in VARIANTS:
         q, kv, idx, _ = make_inputs(Workload("decode", t, h, "bf16"), caches)
         if zero_from is not None:
             q[:, zero_from:] = 0
         out = torch.empty(t, h, 512, device="cuda", dtype=torch.bfloat16)
-        configs.choose_splits = lambda *a, n=splits, **k: n
-        try:
-            def call():
-                sparse_mla_attention(q, kv, idx, 576 ** -0.5, out=out)
+
+        def call():
+            sparse_mla_attention(q, kv, idx, 576 ** -0.5, out=out)
+
+        with forced_splits(splits):
             total = time_us(call)
             with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
                 for _ in range(REPS):
                     call()
                 torch.cuda.synchronize()
-        finally:
-            configs.choose_splits = shipped_rule
         per_kernel = collections.defaultdict(float)
         for e in prof.key_averages():
             if e.self_device_time_total > 0:

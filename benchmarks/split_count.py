@@ -12,6 +12,7 @@ tokens".)
 Usage: python benchmarks/split_count.py OUT.json
 """
 
+import contextlib
 import json
 import sys
 
@@ -26,9 +27,19 @@ WORKLOADS = [Workload("decode", t, h, fmt) for fmt in ("bf16", "fp8_ds_mla")
     Workload("decode", 128, 64, "bf16")]
 
 
+@contextlib.contextmanager
+def forced_splits(n):
+    """Inside: every plan splits the top-k axis ``n`` ways (configs.choose_splits replaced)."""
+    shipped_rule = configs.choose_splits
+    configs.choose_splits = lambda *a, **k: n
+    try:
+        yield
+    finally:
+        configs.choose_splits = shipped_rule
+
+
 def main(path):
     caches, records = Caches(), []
-    shipped_rule = configs.choose_splits
     for w in WORKLOADS:
         q, kv, idx, lengths = make_inputs(w, caches)
         scale = 576 ** -0.5
@@ -46,12 +57,9 @@ def main(path):
         for n in COUNTS:
             if n * plan.tile.block_n > w.k:
                 continue
-            configs.choose_splits = lambda *a, n=n, **k: n
-            try:
+            with forced_splits(n):
                 us = time_us(call)
                 diff = ((out.float() - base).norm() / base.norm()).item()
-            finally:
-                configs.choose_splits = shipped_rule
             rec["counts"][n] = dict(us=us, rel_diff=diff)
         fm = flashmla_fn(w, q, kv, idx, lengths, scale)
         rec["flashmla_us"] = time_us(fm) if fm is not None else None

@@ -1,11 +1,11 @@
 """Self-check: run the public API on embedded problems and compare with the float64 reference.
 
 On a GPU the problems are decode- and prefill-sized: 4 tokens with 64 heads, 16 tokens with
-16 and with 32 heads (on SM90 the Gluon tiles: the 64-head ones, which also take bf16/fp16 rows
-with 32 heads, their heads past 32 masked, and for fp8_ds_mla rows kernels/gluon_narrow.py's
-few-head one), and 1024 tokens over 32K rows (the fp8_ds_mla workspace of
-:mod:`triton_sparse_mla.workspace`); on a CPU (through Triton's interpreter) they are small. One verdict line per format and geometry; the return
-value says if all passed.
+16 and with 32 heads (on SM90 the Gluon tiles: the 64-head ones, which take bf16/fp16 rows with
+32 heads too, the other 32 masked, and for fp8_ds_mla rows kernels/gluon_narrow.py's few-head
+one), and 1024 tokens over 32K rows (the fp8_ds_mla workspace of
+:mod:`triton_sparse_mla.workspace`); on a CPU (through Triton's interpreter) they are small.
+One verdict line per format and geometry; the return value says if all passed.
 """
 
 from __future__ import annotations

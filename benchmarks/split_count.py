@@ -8,13 +8,15 @@ forced to each of ``COUNTS`` (up to one 64-row tile per split), beside the shipp
 FlashMLA, and checks every output against the shipped one.
 (A rule measured with it and dropped: at most half the SMs' count of (token, split) pairs on
 the 64-head tiles, commit 8c0c75f's ``--rule`` mode; BENCHMARKS.md "Split counts for few
-tokens".)
-Usage: python benchmarks/split_count.py OUT.json
+tokens".) With ``--latency``: T=1 and T=4 at 8-128 heads, where ``MIN_TILES_PER_SPLIT`` caps
+the count, up to one tile per split, each count timed in ``--rounds`` alternating rounds.
+Usage: python benchmarks/split_count.py OUT.json [--latency] [--rounds R]
 """
 
+import argparse
 import contextlib
 import json
-import sys
+from statistics import median
 
 import torch
 
@@ -25,6 +27,9 @@ COUNTS = (1, 2, 4, 8, 16, 32)
 WORKLOADS = [Workload("decode", t, h, fmt) for fmt in ("bf16", "fp8_ds_mla")
              for t, h in ((4, 64), (4, 128), (32, 64), (32, 128))] + [
     Workload("decode", 128, 64, "bf16")]
+LATENCY_COUNTS = (4, 8, 16, 32, 64)
+LATENCY_WORKLOADS = [Workload("decode", t, h, fmt) for fmt in ("bf16", "fp8_ds_mla")
+                     for t in (1, 4) for h in (8, 16, 32, 64, 128)]
 
 
 @contextlib.contextmanager
@@ -38,9 +43,10 @@ def forced_splits(n):
         configs.choose_splits = shipped_rule
 
 
-def main(path):
+def main(path, latency=False, rounds=1):
     caches, records = Caches(), []
-    for w in WORKLOADS:
+    counts = LATENCY_COUNTS if latency else COUNTS
+    for w in LATENCY_WORKLOADS if latency else WORKLOADS:
         q, kv, idx, lengths = make_inputs(w, caches)
         scale = 576 ** -0.5
         plan = configs.plan_launch(*configs.device_traits(0), t_count=w.t, h_count=w.h,
@@ -50,17 +56,19 @@ def main(path):
         def call():
             sparse_mla_attention(q, kv, idx, scale, topk_length=lengths, out=out)
 
-        base_us = time_us(call)
+        call()
         base = out.float().clone()
-        rec = dict(workload=w.name, tile=str(plan.tile), shipped_splits=plan.splits,
-                   shipped_us=base_us, counts={})
-        for n in COUNTS:
-            if n * plan.tile.block_n > w.k:
-                continue
-            with forced_splits(n):
-                us = time_us(call)
-                diff = ((out.float() - base).norm() / base.norm()).item()
-            rec["counts"][n] = dict(us=us, rel_diff=diff)
+        rec = dict(workload=w.name, tile=str(plan.tile), shipped_splits=plan.splits, counts={})
+        times = {n: [] for n in counts if n * plan.tile.block_n <= w.k}
+        base_times = []
+        for _ in range(rounds):
+            base_times.append(time_us(call))
+            for n in times:
+                with forced_splits(n):
+                    times[n].append(time_us(call))
+                    diff = ((out.float() - base).norm() / base.norm()).item()
+                rec["counts"][n] = dict(us=median(times[n]), rounds_us=times[n], rel_diff=diff)
+        base_us = rec["shipped_us"] = median(base_times)
         fm = flashmla_fn(w, q, kv, idx, lengths, scale)
         rec["flashmla_us"] = time_us(fm) if fm is not None else None
         records.append(rec)
@@ -73,4 +81,9 @@ def main(path):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--latency", action="store_true")
+    ap.add_argument("--rounds", type=int, default=1)
+    a = ap.parse_args()
+    main(a.out, a.latency, a.rounds)

@@ -107,15 +107,15 @@ def _gluon_variants(tile: configs.TileConfig, fp8: bool):
 
 
 def _combine_variant():
-    from .kernels.combine import combine_kernel
+    from .kernels.combine import BLOCK_HC, NUM_WARPS, combine_kernel
 
     names = _jit_fn(combine_kernel).arg_names
     types = {n: "*fp32" for n in names if n.endswith("_ptr")}
     types["out_ptr"] = "*bf16"
     types.update({n: "i32" for n in names if n.startswith(("n_", "stride_"))})
-    constexprs = dict(HAS_SINK=True, BLOCK_S=64, BLOCK_D=64, D_V=512)
+    constexprs = dict(HAS_SINK=True, BLOCK_S=64, BLOCK_HC=BLOCK_HC, D_V=512)
     divisible = {n for n in types if n.endswith("_ptr")}
-    return ("combine S=64", combine_kernel, types, constexprs, divisible, 4, 1)
+    return ("combine S=64", combine_kernel, types, constexprs, divisible, NUM_WARPS, 1)
 
 
 def _workspace_variants(cap: int):

@@ -436,12 +436,17 @@ def test_plan_depends_on_shapes_only():
                     # (a Gluon tile keeps its 64 heads: sm90's 64-head tile for 17-32 heads)
                     assert 16 <= plan.tile.block_h <= max(16, triton.next_power_of_2(h)) or (
                         plan.tile.gluon and plan.tile.block_h == 64), (family, t, h, fp8, plan)
-                    assert 1 <= plan.splits <= 2048 // (plan.tile.block_n * configs.MIN_TILES_PER_SPLIT)
+                    phase = configs.phase_of(family, t, h)
+                    per_sm, min_tiles = configs.split_rule(family, phase, plan.tile)
+                    # the latency phase splits for one program per SM, down to one tile a split
+                    assert (per_sm, min_tiles) == ((1, 1) if phase == "latency" else (
+                        configs.programs_per_sm(family, plan.tile), configs.MIN_TILES_PER_SPLIT))
+                    most = 2048 // (plan.tile.block_n * min_tiles)
+                    assert 1 <= plan.splits <= most
                     programs = t * -(-h // plan.tile.block_h)
-                    wave = configs.programs_per_sm(family, plan.tile) * 132
+                    wave = per_sm * 132
                     if plan.splits > 1:  # splitting never starts a second wave...
                         assert programs * plan.splits <= wave
-                    most = 2048 // (plan.tile.block_n * configs.MIN_TILES_PER_SPLIT)
                     if most >= 2 and 2 * programs <= wave:  # ...and is used where it fits
                         assert plan.splits >= 2
 

@@ -324,8 +324,9 @@ _SM86 = {
 }
 CONFIGS = {"sm90": _SM90, "sm100": _SM100, "sm80": _SM80, "sm86": _SM86}
 
-# Split-K fills one wave of the programs resident per SM (`programs_per_sm`), and keeps at least
-# MIN_TILES_PER_SPLIT tiles per split. A partial extra wave costs more than it gains: on the
+# Split-K in the decode and prefill phases (the latency phase: below) fills one wave of the
+# programs resident per SM (`programs_per_sm`), and keeps at least MIN_TILES_PER_SPLIT tiles per
+# split. A partial extra wave costs more than it gains: on the
 # H200 (sweep-splits, 2026-11-29) T=32 H=16 fp8 took 64 us with 1.2 programs per SM and 49 us
 # with 2. Tiles of 4 warps count PROGRAMS_PER_SM of their family: sm90's keep two resident
 # (registers); the sm86 family's 100 KB per SM holds one program of each of its tiles
@@ -339,6 +340,14 @@ PROGRAMS_PER_SM = {"sm90": 2, "sm100": 2, "sm80": 2, "sm86": 1}
 SMEM_PER_SM_KB = {80: 164, 86: 100, 87: 164, 89: 100, 90: 228, 100: 228, 103: 228, 120: 100, 121: 100}
 SMEM_RESERVED_PER_BLOCK = 1024
 MIN_TILES_PER_SPLIT = 2
+# In the latency phase a program runs one or two tiles, and what a split costs is its partial
+# output (T x H x 2 KB written, then read by the combine kernel), not its start: there the
+# top-k axis is split for one program per SM, down to one tile per split (:func:`split_rule`).
+# H200, run 177 (benchmarks/split_count.py --latency, BENCHMARKS.md "Split counts in the
+# latency phase"): T=1 bf16 at 8-64 heads 1.16-1.24x (32 splits against 16), T=4 at 8-16 heads
+# 1.13-1.16x, fp8_ds_mla T=1 at 32-64 heads 1.23-1.32x; filling a second resident program
+# instead lost (bf16 T=1 H=128, 32 splits: 0.93x; T=4 H=32: 0.91x).
+LATENCY_MIN_TILES_PER_SPLIT = 1
 # The interpreter has no SMs; a small count makes CPU tests exercise the split path.
 INTERPRETER_SM_COUNT = 4
 
@@ -426,23 +435,36 @@ def fit_by_shared_memory(shared: int, capability: int) -> int:
 
 
 def choose_splits(t_count: int, h_tiles: int, topk: int, block_n: int, sm_count: int,
-                  per_sm: int) -> int:
+                  per_sm: int, min_tiles: int = MIN_TILES_PER_SPLIT) -> int:
     """Split the top-k axis when tokens x head tiles would leave SMs idle, never past one wave
-    of ``per_sm`` programs per SM (:func:`programs_per_sm`)."""
+    of ``per_sm`` programs per SM, nor below ``min_tiles`` tiles per split
+    (:func:`split_rule`)."""
     programs = t_count * h_tiles
     wanted = (per_sm * sm_count) // programs
-    most = max(1, topk // (block_n * MIN_TILES_PER_SPLIT))
+    most = max(1, topk // (block_n * min_tiles))
     return max(1, min(wanted, most))
+
+
+def split_rule(family: str, phase: str, tile: TileConfig) -> tuple[int, int]:
+    """``(programs per SM, least tiles per split)`` that :func:`choose_splits` fills with this
+    tile in this phase: one program per SM down to one tile per split in the latency phase
+    (``LATENCY_MIN_TILES_PER_SPLIT``), else :func:`programs_per_sm` and
+    ``MIN_TILES_PER_SPLIT``."""
+    if phase == "latency":
+        return 1, LATENCY_MIN_TILES_PER_SPLIT
+    return programs_per_sm(family, tile), MIN_TILES_PER_SPLIT
+
+
+def phase_of(family: str, t_count: int, h_count: int) -> str:
+    """The table phase of a call's shapes: "latency", "decode" or "prefill"."""
+    if t_count <= LATENCY_MAX_TOKENS and t_count * h_count <= LATENCY_MAX_TOKEN_HEADS.get(family, _ANY):
+        return "latency"
+    return "decode" if t_count <= DECODE_MAX_TOKENS else "prefill"
 
 
 def pick_tile(family: str, *, t_count: int, h_count: int, fp8: bool) -> TileConfig:
     """The table entry for these shapes (before trimming BLOCK_H to the head count)."""
-    if t_count <= LATENCY_MAX_TOKENS and t_count * h_count <= LATENCY_MAX_TOKEN_HEADS.get(family, _ANY):
-        phase = "latency"
-    elif t_count <= DECODE_MAX_TOKENS:
-        phase = "decode"
-    else:
-        phase = "prefill"
+    phase = phase_of(family, t_count, h_count)
     for max_heads, tile in CONFIGS[family][(phase, "fp8" if fp8 else "plain")]:
         if h_count <= max_heads:
             return tile
@@ -464,7 +486,8 @@ def plan_launch(family: str, sm_count: int, fp8_cvt: int, *, t_count: int, h_cou
     block_h = min(tile.block_h, max(16, triton.next_power_of_2(h_count)))
     if block_h != tile.block_h and not tile.gluon:
         tile = dataclasses.replace(tile, block_h=block_h)
+    per_sm, min_tiles = split_rule(family, phase_of(family, t_count, h_count), tile)
     splits = choose_splits(t_count, cdiv(h_count, tile.block_h), topk, tile.block_n, sm_count,
-                           programs_per_sm(family, tile))
+                           per_sm, min_tiles)
     return LaunchPlan(tile=tile, splits=splits, fp8_cvt=fp8_cvt,
                       pin_conversion=pin_fp8_conversion(family, tile.block_h))

@@ -64,13 +64,14 @@ def fp8_variant_applies(tile, h):
 
 def plan_call(inputs, out, tile, fp8_cvt, fp8, sms, pin=True, per_sm=None):
     """``(splits, fn)``: a call of the kernel with this tile under the shipped split rule for
-    ``sms`` SMs holding ``per_sm`` programs each (default: what sm90 counts for the tile);
-    ``fn()`` launches it and returns the compiled main kernel."""
+    ``sms`` SMs holding ``per_sm`` programs each (default: what sm90's rule counts for the tile
+    in the call's phase, configs.split_rule); ``fn()`` launches it and returns the compiled main
+    kernel."""
     q, kv, idx, lengths = inputs
     t, h = q.shape[0], q.shape[1]
-    per_sm = per_sm or configs.programs_per_sm("sm90", tile)
+    rule_per_sm, min_tiles = configs.split_rule("sm90", configs.phase_of("sm90", t, h), tile)
     splits = configs.choose_splits(t, triton.cdiv(h, tile.block_h), idx.shape[1], tile.block_n, sms,
-                                   per_sm)
+                                   per_sm or rule_per_sm, min_tiles)
     plan = configs.LaunchPlan(tile, splits, fp8_cvt=fp8_cvt, pin_conversion=pin)
     return splits, lambda: api._run(q[..., :512], q[..., 512:], kv, idx, lengths, None, 576 ** -0.5,
                                     out, None, family=None, sm_count=None, fp8_cvt=fp8_cvt, fp8=fp8,

@@ -7,10 +7,10 @@ all-empty row gives ``out = 0`` and ``lse = -inf``.
 A program merges ``BLOCK_HC`` heads of one token. It loads every split's rows of its heads
 before its one store (a store between loads could alias the next load and would hold it back),
 and sums them in registers: no reduction across threads, so no barrier. Measured on the H200
-(run 174, BENCHMARKS.md "The combine kernel"): 2 heads per program beat 8 heads everywhere
-timed, and beat the earlier kernel (a program per head, a store between its four column chunks,
-the sum over splits across warps) 1.8-6.7x alone, which is 1.1-1.5x of the whole decode call
-at T=4-64 with 64-128 heads.
+(run 174, BENCHMARKS.md "The combine kernel rewritten"): 2 heads per program beat 8 alone at
+every shape timed, and beat the earlier kernel (a program per head, a store between its four
+column chunks, the sum over splits across warps) 1.8-6.7x alone, which made the whole decode
+call 1.10-1.54x faster at T=4-64 with 16-128 heads.
 """
 
 import triton
@@ -18,7 +18,7 @@ import triton.language as tl
 
 from .common import LN2, sink_factor
 
-BLOCK_HC = 2  # heads per program (run 174: 2 beat 8 at every T, H and split count timed)
+BLOCK_HC = 2  # heads per program (run 174: 2 beat 8 alone at every T, H and split count timed)
 NUM_WARPS = 8
 
 

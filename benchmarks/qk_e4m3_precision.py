@@ -1,0 +1,83 @@
+"""Counted on a CPU: the score error of the few-head fp8_ds_mla tile if its score dots read the
+raw e4m3 rows (docs/performance-plan.md, the few-head fp8 tile), against the shipped operands.
+
+Shipped: each row's e4m3 values times their 128-column group's scale, rounded to fp16 (q
+scaled by 2^-8 into fp16; ``TileConfig.fp8_f16``), the score dots over those. Candidate: the
+score dots over the raw e4m3 bytes, with q as two e4m3 parts per head (``hi = e4m3(q s)``,
+``lo = e4m3(16 (q s - hi))``, ``s = 448 / max |q|`` of the head, side by side in one B operand),
+each group's partial score then multiplied by the row's scale for that group, ``1 / s`` and
+``1 / (16 s)``. The rope stays bf16 in both. Every product and sum here is float64 over
+operands rounded as the kernel would round them (the fp32 accumulation of the tensor cores
+is not modelled). Reported: the output's relative error against the float64 reference (the
+tests' measure; their bound for fp8_ds_mla rows is 3e-2), and the scores' largest error.
+Usage: python benchmarks/qk_e4m3_precision.py
+"""
+
+import torch
+
+from triton_sparse_mla.formats import dequantize_fp8_ds_mla, quantize_fp8_ds_mla
+
+E4M3 = torch.float8_e4m3fn
+
+
+def _e4m3(x):
+    return x.clamp(-448.0, 448.0).to(E4M3).double()
+
+
+def _attend(s, v):
+    """softmax over the rows of each (token, head), then the weighted sum of ``v``."""
+    return torch.einsum("thk,tkd->thd", torch.softmax(s, dim=-1), v)
+
+
+def case(t, h, k, q_tail, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(t, h, 576, generator=g, dtype=torch.float64)
+    if q_tail:  # a heavy tail: a few columns 30x larger, as trained q's outlier channels
+        q[..., torch.randperm(512, generator=g)[:16]] *= 30.0
+    q = q.to(torch.bfloat16).double()
+    rows = torch.randn(t * k, 576, generator=g)
+    packed = quantize_fp8_ds_mla(rows)
+    kv = dequantize_fp8_ds_mla(packed).double().reshape(t, k, 576)  # exact values
+    raw = packed[:, :512].contiguous().view(E4M3).double().reshape(t, k, 4, 128)
+    scale = packed[:, 512:528].contiguous().view(torch.float32).double().reshape(t, k, 4)
+    sm = 576 ** -0.5
+
+    ref = torch.einsum("thd,tkd->thk", q, kv) * sm
+    out_ref = _attend(ref, kv[..., :512])
+
+    # shipped: fp16 operands (the rows' values rounded to fp16; q scaled by 2^-8 exactly)
+    k16 = (raw.half().double() * scale[..., None].half().double()).half().double().reshape(t, k, 512)
+    q16 = (q[..., :512] * 2.0 ** -8).half().double() * 2.0 ** 8
+    s_ship = (torch.einsum("thd,tkd->thk", q16, k16)
+              + torch.einsum("thd,tkd->thk", q[..., 512:], kv[..., 512:])) * sm
+
+    # candidate: the raw e4m3 bytes, q in two e4m3 parts per head
+    s_q = 448.0 / q[..., :512].abs().amax(dim=-1, keepdim=True)  # [t, h, 1]
+    hi = _e4m3(q[..., :512] * s_q)
+    lo = _e4m3(16.0 * (q[..., :512] * s_q - hi))
+    qg = (hi + lo / 16.0).reshape(t, h, 4, 128)  # (exact: the two parts' columns then summed)
+    per_group = torch.einsum("thgc,tkgc->thkg", qg, raw)
+    s_cand = (torch.einsum("thkg,tkg->thk", per_group, scale) / s_q
+              + torch.einsum("thd,tkd->thk", q[..., 512:], kv[..., 512:])) * sm
+
+    res = {}
+    for name, s in (("shipped", s_ship), ("e4m3 q hi+lo", s_cand),
+                    ("e4m3 q hi only", None)):
+        if s is None:  # the same with q's low part dropped: what one e4m3 q costs
+            qh = hi.reshape(t, h, 4, 128)
+            s = (torch.einsum("thkg,tkg->thk", torch.einsum("thgc,tkgc->thkg", qh, raw), scale) / s_q
+                 + torch.einsum("thd,tkd->thk", q[..., 512:], kv[..., 512:])) * sm
+        out = _attend(s, kv[..., :512].to(torch.float16).double())  # V as the PV dots read it
+        res[name] = ((out - out_ref).norm() / out_ref.norm()).item(), (s - ref).abs().max().item()
+    return res
+
+
+def main():
+    for t, h, k, tail in ((4, 16, 2048, False), (4, 16, 2048, True), (2, 32, 2048, True)):
+        for name, (rel, smax) in case(t, h, k, tail).items():
+            print(f"QKE4M3 T={t} H={h} K={k} q_tail={int(tail)} {name:15} out rel err {rel:.2e} "
+                  f"score max err {smax:.2e}")
+
+
+if __name__ == "__main__":
+    main()

@@ -236,7 +236,8 @@ def _convert_tile(k_s0, k_s1, k_s2, k_s3, sc_smem, landed, ready, i, NS: gl.cons
 @gluon.jit
 def _fp8_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2, k_s3,
                   kp_smem, sc_smem, landed, ready, free, BLOCK_N: gl.constexpr, NS: gl.constexpr,
-                  PW: gl.constexpr, F16: gl.constexpr, SWAP: gl.constexpr = False):
+                  PW: gl.constexpr, F16: gl.constexpr, SWAP: gl.constexpr = False,
+                  SECOND_EARLY: gl.constexpr = False):
     """The ``PW`` producer warps (of the 64-head and the few-head kernel): for each step, once
     the consumers freed its slot, the tile's copies (:func:`_issue_tile`), then its conversion
     (:func:`_convert_tile`). The next step's ids are loaded while the copies fly. (Timed and
@@ -266,9 +267,23 @@ def _fp8_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s
     ROWS: gl.constexpr = 4 * PW
     ids = _pass_ids(p_idx, n_start, n_end, ROWS, BLOCK_N // ROWS, RAWP)
     for i in range(n_steps):
-        _issue_tile(k_s0, k_s1, k_s2, k_s3, kp_smem, sc_smem, kv_ptr, ids, n_rows, stride_kv, landed, free,
-                    i, NS, RAWP, ROPEP, SC4, SWAP)
-        ids = _pass_ids(p_idx, n_start + (i + 1) * BLOCK_N, n_end, ROWS, BLOCK_N // ROWS, RAWP)
+        if SECOND_EARLY:
+            # At the start both slots are free: the second tile's copies go out before the first
+            # tile's conversion; from the third tile on, each tile's copies once the step before
+            # it is converted, as without.
+            if i != 1:
+                _issue_tile(k_s0, k_s1, k_s2, k_s3, kp_smem, sc_smem, kv_ptr, ids, n_rows, stride_kv,
+                            landed, free, i, NS, RAWP, ROPEP, SC4, SWAP)
+                ids = _pass_ids(p_idx, n_start + (i + 1) * BLOCK_N, n_end, ROWS, BLOCK_N // ROWS, RAWP)
+            if i == 0:
+                if n_steps > 1:
+                    _issue_tile(k_s0, k_s1, k_s2, k_s3, kp_smem, sc_smem, kv_ptr, ids, n_rows, stride_kv,
+                                landed, free, 1, NS, RAWP, ROPEP, SC4, SWAP)
+                    ids = _pass_ids(p_idx, n_start + 2 * BLOCK_N, n_end, ROWS, BLOCK_N // ROWS, RAWP)
+        else:
+            _issue_tile(k_s0, k_s1, k_s2, k_s3, kp_smem, sc_smem, kv_ptr, ids, n_rows, stride_kv, landed,
+                        free, i, NS, RAWP, ROPEP, SC4, SWAP)
+            ids = _pass_ids(p_idx, n_start + (i + 1) * BLOCK_N, n_end, ROWS, BLOCK_N // ROWS, RAWP)
         _convert_tile(k_s0, k_s1, k_s2, k_s3, sc_smem, landed, ready, i, NS, PW, F16, SWAP)
 
 
@@ -280,7 +295,8 @@ def sparse_mla_gluon_fp8_ws_kernel(
     stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
     HAS_LEN: gl.constexpr, HAS_SINK: gl.constexpr, PARTIAL: gl.constexpr,
     BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
-    NS: gl.constexpr, PW: gl.constexpr, F16: gl.constexpr,
+    NS: gl.constexpr, PW: gl.constexpr, F16: gl.constexpr, Q_LATE: gl.constexpr = False,
+    SECOND_EARLY: gl.constexpr = False,
 ):
     """gluon_sm90.sparse_mla_gluon_fp8_kernel's program with its gathers and dequantization in
     ``PW`` producer warps (this module's docstring). With F16 (``TileConfig.fp8_f16``) the
@@ -292,7 +308,15 @@ def sparse_mla_gluon_fp8_ws_kernel(
     # kernel, whose producer (40 registers) spills more with it.
     SWAP: gl.constexpr = NARROW
     i_t, h0 = _tile_origin(n_heads, BLOCK_H)
-    if NARROW:
+    op_t: gl.constexpr = gl.float16 if F16 else gl.bfloat16  # the latent operands' type
+    if NARROW and Q_LATE:
+        # (q loaded by the consumers, narrow_consumer's LOAD_Q)
+        q_s0 = gl.allocate_shared_memory(op_t, [BLOCK_H, LAT], SMEM)
+        q_s1 = gl.allocate_shared_memory(op_t, [BLOCK_H, LAT], SMEM)
+        q_s2 = gl.allocate_shared_memory(op_t, [BLOCK_H, LAT], SMEM)
+        q_s3 = gl.allocate_shared_memory(op_t, [BLOCK_H, LAT], SMEM)
+        q_sp = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, D_PE], SMEM)
+    elif NARROW:
         q_s0, q_s1, q_s2, q_s3, q_sp = _load_q(q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
                                                stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, LAT,
                                                D_PE, F16, GATHER_W4, ROPE_W4)
@@ -300,7 +324,6 @@ def sparse_mla_gluon_fp8_ws_kernel(
         q_s0, q_s1, q_s2, q_s3, q_sp = _load_q(q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
                                                stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, LAT,
                                                D_PE, F16)
-    op_t: gl.constexpr = gl.float16 if F16 else gl.bfloat16  # the latent operands' type
     k_s0, k_s1, k_s2, k_s3, kp_smem = _latent_ring(op_t, gl.bfloat16, BLOCK_N, LAT, D_PE, NS)
     if NARROW:
         p_smem = gluon_narrow.narrow_p_tile(op_t, BLOCK_N, BLOCK_H)
@@ -331,9 +354,12 @@ def sparse_mla_gluon_fp8_ws_kernel(
         acc0, acc1, acc2, acc3, b_m, b_l2 = gl.warp_specialize(
             [(gluon_narrow.narrow_consumer, (q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_smem,
                                              p_smem, ready, free, p_idx, n_start, n_end, n_steps, n_rows,
-                                             qk_scale, BLOCK_H, BLOCK_N, LAT, NS)),
+                                             qk_scale, q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
+                                             stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, BLOCK_N, LAT,
+                                             NS, F16, Q_LATE)),
              (_fp8_producer, (kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2,
-                              k_s3, kp_smem, sc_smem, landed, ready, free, BLOCK_N, NS, PW, F16, SWAP))],
+                              k_s3, kp_smem, sc_smem, landed, ready, free, BLOCK_N, NS, PW, F16, SWAP,
+                              SECOND_EARLY))],
             [PW], [REGS])
         gluon_narrow.narrow_epilogue(acc0, acc1, acc2, acc3, b_m, b_l2, sink_ptr, out_ptr, lse_ptr, i_t,
                                      i_s, h0, n_heads, stride_o_t, stride_o_h, stride_o_s, stride_lse_t,
@@ -344,7 +370,8 @@ def sparse_mla_gluon_fp8_ws_kernel(
                              free, p_idx, n_start, n_end, n_steps, n_rows, qk_scale, BLOCK_H, BLOCK_N,
                              LAT, NS, False)),
              (_fp8_producer, (kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2,
-                              k_s3, kp_smem, sc_smem, landed, ready, free, BLOCK_N, NS, PW, F16, SWAP))],
+                              k_s3, kp_smem, sc_smem, landed, ready, free, BLOCK_N, NS, PW, F16, SWAP,
+                              SECOND_EARLY))],
             [PW], [REGS])
         _epilogue(acc0, acc1, acc2, acc3, b_m, b_l2, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0, n_heads,
                   stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h, HAS_SINK, PARTIAL,

@@ -148,9 +148,9 @@ def _copy_rows(k_s0, k_s1, k_s2, k_s3, kp_s, kv_ptr, b_idx, b_idx2, n_rows, stri
 
 
 @gluon.jit
-def _q_tile(p_q, m_h, LAYOUT: gl.constexpr, WIDTH: gl.constexpr, TO_F16: gl.constexpr):
-    """``q[heads, :WIDTH]`` from row pointers ``p_q`` (masked heads zero) into shared memory;
-    with TO_F16 scaled by Q_F16_SCALE (exact) and stored as fp16, else as loaded."""
+def _q_part(p_q, m_h, LAYOUT: gl.constexpr, WIDTH: gl.constexpr, TO_F16: gl.constexpr):
+    """``q[heads, :WIDTH]`` from row pointers ``p_q`` (masked heads zero), in registers; with
+    TO_F16 scaled by Q_F16_SCALE (exact) and rounded to fp16, else as loaded."""
     o_c = gl.arange(0, WIDTH, layout=gl.SliceLayout(0, LAYOUT))
     b_q = gl.load(p_q[:, None] + o_c[None, :], mask=m_h[:, None], other=0.0)
     if TO_F16:
@@ -160,34 +160,46 @@ def _q_tile(p_q, m_h, LAYOUT: gl.constexpr, WIDTH: gl.constexpr, TO_F16: gl.cons
         b_q = gl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r",
                                         [b_q.to(gl.float32) * Q_F16_SCALE], dtype=gl.float32,
                                         is_pure=False, pack=1).to(gl.float16)
-    return gl.allocate_shared_memory(b_q.dtype, [b_q.shape[0], WIDTH], SMEM, b_q)
+    return b_q
+
+
+@gluon.jit
+def _q_values(q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t, stride_qn_h, stride_qp_t,
+              stride_qp_h, BLOCK_H: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
+              F16: gl.constexpr, G: gl.constexpr = GATHER, G_PE: gl.constexpr = GATHER_PE):
+    """q of this program's heads as the score dots' operands, in registers: four latent tiles
+    [BLOCK_H, LAT] and the rope [BLOCK_H, D_PE], loaded in layouts ``G`` and ``G_PE`` (those
+    of the warps that load them). With F16 (fp8_ds_mla rows into fp16 operands) the latent
+    tiles become fp16 and the rope stays bf16 (the rows' rope is bf16), both scaled by
+    Q_F16_SCALE."""
+    o_h = h0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, G))
+    p_q = q_nope_ptr + i_t * stride_qn_t + o_h * stride_qn_h
+    m_h = o_h < n_heads
+    b_q0 = _q_part(p_q, m_h, G, LAT, F16)
+    b_q1 = _q_part(p_q + LAT, m_h, G, LAT, F16)
+    b_q2 = _q_part(p_q + 2 * LAT, m_h, G, LAT, F16)
+    b_q3 = _q_part(p_q + 3 * LAT, m_h, G, LAT, F16)
+    o_h2 = h0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, G_PE))
+    p_qp = q_pe_ptr + i_t * stride_qp_t + o_h2 * stride_qp_h
+    b_qp = _q_part(p_qp, o_h2 < n_heads, G_PE, D_PE, False)
+    if F16:
+        b_qp = (b_qp.to(gl.float32) * Q_F16_SCALE).to(gl.bfloat16)
+    return b_q0, b_q1, b_q2, b_q3, b_qp
 
 
 @gluon.jit
 def _load_q(q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t, stride_qn_h, stride_qp_t,
             stride_qp_h, BLOCK_H: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
             F16: gl.constexpr, G: gl.constexpr = GATHER, G_PE: gl.constexpr = GATHER_PE):
-    """q of this program's heads into shared memory, once: four latent tiles and the rope,
-    loaded in layouts ``G`` and ``G_PE`` (those of the program's warps). With F16 (fp8_ds_mla
-    rows into fp16 operands) the latent tiles become fp16 and the rope stays bf16 (the rows'
-    rope is bf16), both scaled by Q_F16_SCALE."""
-    o_h = h0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, G))
-    p_q = q_nope_ptr + i_t * stride_qn_t + o_h * stride_qn_h
-    m_h = o_h < n_heads
-    q_s0 = _q_tile(p_q, m_h, G, LAT, F16)
-    q_s1 = _q_tile(p_q + LAT, m_h, G, LAT, F16)
-    q_s2 = _q_tile(p_q + 2 * LAT, m_h, G, LAT, F16)
-    q_s3 = _q_tile(p_q + 3 * LAT, m_h, G, LAT, F16)
-    o_h2 = h0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, G_PE))
-    p_qp = q_pe_ptr + i_t * stride_qp_t + o_h2 * stride_qp_h
-    if F16:
-        o_p = gl.arange(0, D_PE, layout=gl.SliceLayout(0, G_PE))
-        b_qp = gl.load(p_qp[:, None] + o_p[None, :], mask=(o_h2 < n_heads)[:, None], other=0.0)
-        q_sp = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, D_PE], SMEM,
-                                         (b_qp.to(gl.float32) * Q_F16_SCALE).to(gl.bfloat16))
-    else:
-        q_sp = _q_tile(p_qp, o_h2 < n_heads, G_PE, D_PE, False)
-    return q_s0, q_s1, q_s2, q_s3, q_sp
+    """q of this program's heads (:func:`_q_values`) into shared memory, once."""
+    b_q0, b_q1, b_q2, b_q3, b_qp = _q_values(q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
+                                             stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, LAT,
+                                             D_PE, F16, G, G_PE)
+    return (gl.allocate_shared_memory(b_q0.dtype, [BLOCK_H, LAT], SMEM, b_q0),
+            gl.allocate_shared_memory(b_q1.dtype, [BLOCK_H, LAT], SMEM, b_q1),
+            gl.allocate_shared_memory(b_q2.dtype, [BLOCK_H, LAT], SMEM, b_q2),
+            gl.allocate_shared_memory(b_q3.dtype, [BLOCK_H, LAT], SMEM, b_q3),
+            gl.allocate_shared_memory(b_qp.dtype, [BLOCK_H, D_PE], SMEM, b_qp))
 
 
 @gluon.jit
@@ -726,7 +738,9 @@ def tile_variant(tile, fp8: bool):
         from . import gluon_fp8_producer
 
         return (gluon_fp8_producer.sparse_mla_gluon_fp8_ws_kernel,
-                dict(F16=tile.fp8_f16, NS=NS, PW=pw, BLOCK_H=tile.block_h), tile.num_warps)
+                dict(F16=tile.fp8_f16, NS=NS, PW=pw, BLOCK_H=tile.block_h, Q_LATE=tile.q_late,
+                     SECOND_EARLY=tile.second_early),
+                tile.num_warps)
     if fp8:
         return sparse_mla_gluon_fp8_kernel, dict(F16=tile.fp8_f16), NUM_WARPS
     if tile.pingpong:

@@ -324,6 +324,8 @@ TOGGLE_WORKLOADS = [
     Workload("prefill", 4096, 16, "fp8_ds_mla", n_rows=32768),
     Workload("prefill", 4096, 32, "bf16", n_rows=32768),
     Workload("prefill", 4096, 16, "fp8_ds_mla"),  # 1M rows: the few-head tile in the kernel
+    Workload("decode", 128, 8, "fp8_ds_mla", lengths="random"),
+    Workload("decode", 128, 16, "fp8_ds_mla", lengths="random"),
 ]
 
 

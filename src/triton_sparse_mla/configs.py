@@ -110,10 +110,6 @@ class TileConfig:
     # 2026-12-03, run 153; BENCHMARKS.md "The alternate-tile kernel shipped");
     # shipped (sm90's _G64).
     pingpong: bool = False
-    # The few-head fp8_ds_mla Gluon tiles with a length per token: the producer and the
-    # consumers each clip their range to the token's length, the load in flight beside their
-    # first loads, instead of before the partitions start. Experimental.
-    range_late: bool = False
     # fp8_ds_mla Gluon tiles with ``producer_warp``: the second tile's copies issued before the
     # first tile's conversion (both slots are free at the start). Experimental.
     second_early: bool = False
@@ -130,7 +126,7 @@ class TileConfig:
         if self.fallback is not None:
             return self.fallback
         return dataclasses.replace(self, gluon=False, producer_warp=False, qk_ahead=False,
-                                   wide_producer=False, pingpong=False, range_late=False, second_early=False,
+                                   wide_producer=False, pingpong=False, second_early=False,
                                    fp8_f16=self.triton_fp8_f16)
 
     @property

@@ -59,8 +59,8 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier
 
 from . import gluon_narrow
-from .gluon_sm90 import (FLAT, SMEM, _NOT_SPECIALIZED, _barrier, _clip_ids, _clip_range, _epilogue,
-                         _latent_ring, _load_q, _pass_ids, _split_range, _tile_origin, _ws_consumer)
+from .gluon_sm90 import (FLAT, SMEM, _NOT_SPECIALIZED, _barrier, _epilogue, _latent_ring, _load_q, _pass_ids,
+                         _split_range, _tile_origin, _ws_consumer)
 
 # Producer registers per thread, by producer warp count: 4 x 32 x 40 (5120; with 48 Triton
 # gives the consumers 224) or 8 x 32 x 24 (6144), so the consumers' two warpgroups keep 232 each;
@@ -237,7 +237,7 @@ def _convert_tile(k_s0, k_s1, k_s2, k_s3, sc_smem, landed, ready, i, NS: gl.cons
 def _fp8_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2, k_s3,
                   kp_smem, sc_smem, landed, ready, free, BLOCK_N: gl.constexpr, NS: gl.constexpr,
                   PW: gl.constexpr, F16: gl.constexpr, SWAP: gl.constexpr = False,
-                  SECOND_EARLY: gl.constexpr = False, len_ptr=None, i_t=None, CLIP: gl.constexpr = False):
+                  SECOND_EARLY: gl.constexpr = False):
     """The ``PW`` producer warps (of the 64-head and the few-head kernel): for each step, once
     the consumers freed its slot, the tile's copies (:func:`_issue_tile`), then its conversion
     (:func:`_convert_tile`). The next step's ids are loaded while the copies fly. (Timed and
@@ -266,27 +266,24 @@ def _fp8_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s
     SC4: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [PW, 1], [1, 0])
     ROWS: gl.constexpr = 4 * PW
     ids = _pass_ids(p_idx, n_start, n_end, ROWS, BLOCK_N // ROWS, RAWP)
-    if CLIP:  # (the token's length, loaded while the first ids are in flight)
-        n_end, n_steps = _clip_range(len_ptr, i_t, n_start, n_end, BLOCK_N)
-        ids = _clip_ids(ids, n_start, n_end, RAWP)
-    for i in range(n_steps):
-        if SECOND_EARLY:
-            # At the start both slots are free: the second tile's copies go out before the first
-            # tile's conversion; from the third tile on, each tile's copies once the step before
-            # it is converted, as without.
-            if i != 1:
-                _issue_tile(k_s0, k_s1, k_s2, k_s3, kp_smem, sc_smem, kv_ptr, ids, n_rows, stride_kv,
-                            landed, free, i, NS, RAWP, ROPEP, SC4, SWAP)
-                ids = _pass_ids(p_idx, n_start + (i + 1) * BLOCK_N, n_end, ROWS, BLOCK_N // ROWS, RAWP)
-            if i == 0:
-                if n_steps > 1:
-                    _issue_tile(k_s0, k_s1, k_s2, k_s3, kp_smem, sc_smem, kv_ptr, ids, n_rows, stride_kv,
-                                landed, free, 1, NS, RAWP, ROPEP, SC4, SWAP)
-                    ids = _pass_ids(p_idx, n_start + 2 * BLOCK_N, n_end, ROWS, BLOCK_N // ROWS, RAWP)
-        else:
+    i0 = 0
+    if SECOND_EARLY:
+        if n_steps > 1:
+            # At the start both slots are free: the first two tiles' copies, then their
+            # conversions; from the third tile on, the loop below unchanged.
             _issue_tile(k_s0, k_s1, k_s2, k_s3, kp_smem, sc_smem, kv_ptr, ids, n_rows, stride_kv, landed,
-                        free, i, NS, RAWP, ROPEP, SC4, SWAP)
-            ids = _pass_ids(p_idx, n_start + (i + 1) * BLOCK_N, n_end, ROWS, BLOCK_N // ROWS, RAWP)
+                        free, 0, NS, RAWP, ROPEP, SC4, SWAP)
+            ids = _pass_ids(p_idx, n_start + BLOCK_N, n_end, ROWS, BLOCK_N // ROWS, RAWP)
+            _issue_tile(k_s0, k_s1, k_s2, k_s3, kp_smem, sc_smem, kv_ptr, ids, n_rows, stride_kv, landed,
+                        free, 1, NS, RAWP, ROPEP, SC4, SWAP)
+            ids = _pass_ids(p_idx, n_start + 2 * BLOCK_N, n_end, ROWS, BLOCK_N // ROWS, RAWP)
+            _convert_tile(k_s0, k_s1, k_s2, k_s3, sc_smem, landed, ready, 0, NS, PW, F16, SWAP)
+            _convert_tile(k_s0, k_s1, k_s2, k_s3, sc_smem, landed, ready, 1, NS, PW, F16, SWAP)
+            i0 = 2
+    for i in range(i0, n_steps):
+        _issue_tile(k_s0, k_s1, k_s2, k_s3, kp_smem, sc_smem, kv_ptr, ids, n_rows, stride_kv, landed, free,
+                    i, NS, RAWP, ROPEP, SC4, SWAP)
+        ids = _pass_ids(p_idx, n_start + (i + 1) * BLOCK_N, n_end, ROWS, BLOCK_N // ROWS, RAWP)
         _convert_tile(k_s0, k_s1, k_s2, k_s3, sc_smem, landed, ready, i, NS, PW, F16, SWAP)
 
 
@@ -299,7 +296,6 @@ def sparse_mla_gluon_fp8_ws_kernel(
     HAS_LEN: gl.constexpr, HAS_SINK: gl.constexpr, PARTIAL: gl.constexpr,
     BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
     NS: gl.constexpr, PW: gl.constexpr, F16: gl.constexpr, SECOND_EARLY: gl.constexpr = False,
-    RANGE_LATE: gl.constexpr = False,
 ):
     """gluon_sm90.sparse_mla_gluon_fp8_kernel's program with its gathers and dequantization in
     ``PW`` producer warps (this module's docstring). With F16 (``TileConfig.fp8_f16``) the
@@ -346,11 +342,7 @@ def sparse_mla_gluon_fp8_ws_kernel(
     _barrier()
 
     i_s = gl.program_id(1)
-    # With RANGE_LATE each partition clips its range to the token's length itself, its load in
-    # flight beside the first row ids' (producer) and q's (consumers)
-    CLIP: gl.constexpr = NARROW and RANGE_LATE and HAS_LEN
-    n_start, n_end, n_steps = _split_range(len_ptr, i_t, i_s, split_size, topk, HAS_LEN and not CLIP,
-                                           BLOCK_N)
+    n_start, n_end, n_steps = _split_range(len_ptr, i_t, i_s, split_size, topk, HAS_LEN, BLOCK_N)
     p_idx = idx_ptr + i_t * stride_idx_t
     # (with the few-head consumers, one warpgroup that needs far less, the producer takes more)
     REGS: gl.constexpr = (PRODUCER_REGS_NARROW if NARROW else
@@ -361,11 +353,11 @@ def sparse_mla_gluon_fp8_ws_kernel(
             [(gluon_narrow.narrow_consumer, (q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_smem,
                                              p_smem, ready, free, p_idx, n_start, n_end, n_steps, n_rows,
                                              qk_scale, q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
-                                             stride_qn_h, stride_qp_t, stride_qp_h, len_ptr, BLOCK_H,
-                                             BLOCK_N, LAT, NS, F16, CLIP)),
+                                             stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, BLOCK_N,
+                                             LAT, NS, F16)),
              (_fp8_producer, (kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2,
                               k_s3, kp_smem, sc_smem, landed, ready, free, BLOCK_N, NS, PW, F16, SWAP,
-                              SECOND_EARLY, len_ptr, i_t, CLIP))],
+                              SECOND_EARLY))],
             [PW], [REGS])
         gluon_narrow.narrow_epilogue(acc0, acc1, acc2, acc3, b_m, b_l2, sink_ptr, out_ptr, lse_ptr, i_t,
                                      i_s, h0, n_heads, stride_o_t, stride_o_h, stride_o_s, stride_lse_t,

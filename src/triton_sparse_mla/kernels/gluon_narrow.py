@@ -37,7 +37,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
-from .gluon_sm90 import GATHER_W4, ROPE_W4, _barrier, _clip_range, _lse_and_scale, _q_values, _row_ids
+from .gluon_sm90 import GATHER_W4, ROPE_W4, _barrier, _lse_and_scale, _q_values, _row_ids
 
 
 @gluon.jit
@@ -51,13 +51,12 @@ def narrow_p_tile(dtype: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_H: gl.conste
 @gluon.jit
 def narrow_consumer(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_smem, p_smem, ready,
                     free, p_idx, n_start, n_end, n_steps, n_rows, qk_scale, q_nope_ptr, q_pe_ptr, i_t,
-                    h0, n_heads, stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h, len_ptr,
+                    h0, n_heads, stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h,
                     BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, LAT: gl.constexpr, NS: gl.constexpr,
-                    F16: gl.constexpr, CLIP: gl.constexpr):
+                    F16: gl.constexpr):
     """The consumer warpgroup: first q into ``q_s*`` (from ``q_nope_ptr`` to ``stride_qp_h``:
     :func:`gluon_sm90._q_values`'s arguments), loaded here while the producer's first copies
-    fly; with CLIP the range ``n_end``, ``n_steps`` clipped to the token's length (``len_ptr``)
-    while q's loads are in flight. Then each step waits for its slot's rows (``ready``),
+    fly. Then each step waits for its slot's rows (``ready``),
     computes the transposed scores, the online softmax along the rows, P^T into ``p_smem`` and
     the transposed PV dots, then frees the slot (``free``). Returns the four output
     accumulators [LAT, BLOCK_H] (fp32), the running max [BLOCK_H] (base 2) and the per-entry
@@ -65,8 +64,6 @@ def narrow_consumer(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_sme
     b_q0, b_q1, b_q2, b_q3, b_qp = _q_values(q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
                                              stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, LAT,
                                              q_sp.shape[1], F16, GATHER_W4, ROPE_W4)
-    if CLIP:
-        n_end, n_steps = _clip_range(len_ptr, i_t, n_start, n_end, BLOCK_N)
     q_s0.store(b_q0)
     q_s1.store(b_q1)
     q_s2.store(b_q2)

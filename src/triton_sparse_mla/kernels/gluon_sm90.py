@@ -244,13 +244,6 @@ def _split_range(len_ptr, i_t, i_s, split_size, topk, HAS_LEN: gl.constexpr, BLO
 
 
 @gluon.jit
-def _clip_range(len_ptr, i_t, n_start, n_end, BLOCK_N: gl.constexpr):
-    """``(n_end, steps)`` of :func:`_split_range` clipped to the token's length afterwards."""
-    n_end = gl.minimum(n_end, gl.load(len_ptr + i_t))
-    return n_end, gl.cdiv(gl.maximum(n_end - n_start, 0), BLOCK_N)
-
-
-@gluon.jit
 def _init_state(BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, LAT: gl.constexpr):
     """Running max, denominator and the four output accumulators. The denominator is kept per
     score-tile entry and summed over the rows once at the end: a sum across the two
@@ -464,23 +457,10 @@ def _pass_ids(p_idx, n0, n_end, PASS_ROWS: gl.constexpr, PASSES: gl.constexpr,
     """A step's row ids as the producer copies them: ``[PASS_ROWS, PASSES]`` in GATHER,
     entry ``(r, j)`` the id of row ``j * PASS_ROWS + r`` of the tile, -1 past ``n_end``; each
     thread holds its row's ids of every pass."""
-    o_n = _pass_entries(n0, PASS_ROWS, PASSES, GATHER)
-    return gl.load(p_idx + o_n, mask=o_n < n_end, other=-1)
-
-
-@gluon.jit
-def _pass_entries(n0, PASS_ROWS: gl.constexpr, PASSES: gl.constexpr, GATHER: gl.constexpr):
-    """The top-k entries of :func:`_pass_ids`' ids, ``[PASS_ROWS, PASSES]`` in GATHER."""
     o_r = gl.arange(0, PASS_ROWS, layout=gl.SliceLayout(1, GATHER))
     o_j = gl.arange(0, PASSES, layout=gl.SliceLayout(0, GATHER))
-    return n0 + o_j[None, :] * PASS_ROWS + o_r[:, None]
-
-
-@gluon.jit
-def _clip_ids(ids, n0, n_end, GATHER: gl.constexpr):
-    """:func:`_pass_ids`' ids of the step at entry ``n0`` with those past ``n_end`` set to -1."""
-    o_n = _pass_entries(n0, ids.shape[0], ids.shape[1], GATHER)
-    return gl.where(o_n < n_end, ids, -1)
+    o_n = n0 + o_j[None, :] * PASS_ROWS + o_r[:, None]
+    return gl.load(p_idx + o_n, mask=o_n < n_end, other=-1)
 
 
 @gluon.jit
@@ -759,7 +739,7 @@ def tile_variant(tile, fp8: bool):
 
         return (gluon_fp8_producer.sparse_mla_gluon_fp8_ws_kernel,
                 dict(F16=tile.fp8_f16, NS=NS, PW=pw, BLOCK_H=tile.block_h,
-                     SECOND_EARLY=tile.second_early, RANGE_LATE=tile.range_late),
+                     SECOND_EARLY=tile.second_early),
                 tile.num_warps)
     if fp8:
         return sparse_mla_gluon_fp8_kernel, dict(F16=tile.fp8_f16), NUM_WARPS

@@ -110,9 +110,6 @@ class TileConfig:
     # 2026-12-03, run 153; BENCHMARKS.md "The alternate-tile kernel shipped");
     # shipped (sm90's _G64).
     pingpong: bool = False
-    # fp8_ds_mla Gluon tiles with ``producer_warp``: the second tile's copies issued before the
-    # first tile's conversion (both slots are free at the start). Experimental.
-    second_early: bool = False
     # With ``gluon``: the Triton tile a call runs where the Gluon kernel does not apply
     # (``without_gluon``; the planner decides it per call, kernels.attention.gluon_applies).
     # None: the same shape with the Gluon-only fields off.
@@ -126,8 +123,7 @@ class TileConfig:
         if self.fallback is not None:
             return self.fallback
         return dataclasses.replace(self, gluon=False, producer_warp=False, qk_ahead=False,
-                                   wide_producer=False, pingpong=False, second_early=False,
-                                   fp8_f16=self.triton_fp8_f16)
+                                   wide_producer=False, pingpong=False, fp8_f16=self.triton_fp8_f16)
 
     @property
     def triton_fp8_f16(self) -> bool:

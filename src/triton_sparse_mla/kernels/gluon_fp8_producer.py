@@ -236,8 +236,7 @@ def _convert_tile(k_s0, k_s1, k_s2, k_s3, sc_smem, landed, ready, i, NS: gl.cons
 @gluon.jit
 def _fp8_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2, k_s3,
                   kp_smem, sc_smem, landed, ready, free, BLOCK_N: gl.constexpr, NS: gl.constexpr,
-                  PW: gl.constexpr, F16: gl.constexpr, SWAP: gl.constexpr = False,
-                  SECOND_EARLY: gl.constexpr = False):
+                  PW: gl.constexpr, F16: gl.constexpr, SWAP: gl.constexpr = False):
     """The ``PW`` producer warps (of the 64-head and the few-head kernel): for each step, once
     the consumers freed its slot, the tile's copies (:func:`_issue_tile`), then its conversion
     (:func:`_convert_tile`). The next step's ids are loaded while the copies fly. (Timed and
@@ -266,21 +265,7 @@ def _fp8_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s
     SC4: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [PW, 1], [1, 0])
     ROWS: gl.constexpr = 4 * PW
     ids = _pass_ids(p_idx, n_start, n_end, ROWS, BLOCK_N // ROWS, RAWP)
-    i0 = 0
-    if SECOND_EARLY:
-        if n_steps > 1:
-            # At the start both slots are free: the first two tiles' copies, then their
-            # conversions; from the third tile on, the loop below unchanged.
-            _issue_tile(k_s0, k_s1, k_s2, k_s3, kp_smem, sc_smem, kv_ptr, ids, n_rows, stride_kv, landed,
-                        free, 0, NS, RAWP, ROPEP, SC4, SWAP)
-            ids = _pass_ids(p_idx, n_start + BLOCK_N, n_end, ROWS, BLOCK_N // ROWS, RAWP)
-            _issue_tile(k_s0, k_s1, k_s2, k_s3, kp_smem, sc_smem, kv_ptr, ids, n_rows, stride_kv, landed,
-                        free, 1, NS, RAWP, ROPEP, SC4, SWAP)
-            ids = _pass_ids(p_idx, n_start + 2 * BLOCK_N, n_end, ROWS, BLOCK_N // ROWS, RAWP)
-            _convert_tile(k_s0, k_s1, k_s2, k_s3, sc_smem, landed, ready, 0, NS, PW, F16, SWAP)
-            _convert_tile(k_s0, k_s1, k_s2, k_s3, sc_smem, landed, ready, 1, NS, PW, F16, SWAP)
-            i0 = 2
-    for i in range(i0, n_steps):
+    for i in range(n_steps):
         _issue_tile(k_s0, k_s1, k_s2, k_s3, kp_smem, sc_smem, kv_ptr, ids, n_rows, stride_kv, landed, free,
                     i, NS, RAWP, ROPEP, SC4, SWAP)
         ids = _pass_ids(p_idx, n_start + (i + 1) * BLOCK_N, n_end, ROWS, BLOCK_N // ROWS, RAWP)
@@ -295,7 +280,7 @@ def sparse_mla_gluon_fp8_ws_kernel(
     stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
     HAS_LEN: gl.constexpr, HAS_SINK: gl.constexpr, PARTIAL: gl.constexpr,
     BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
-    NS: gl.constexpr, PW: gl.constexpr, F16: gl.constexpr, SECOND_EARLY: gl.constexpr = False,
+    NS: gl.constexpr, PW: gl.constexpr, F16: gl.constexpr,
 ):
     """gluon_sm90.sparse_mla_gluon_fp8_kernel's program with its gathers and dequantization in
     ``PW`` producer warps (this module's docstring). With F16 (``TileConfig.fp8_f16``) the
@@ -356,8 +341,7 @@ def sparse_mla_gluon_fp8_ws_kernel(
                                              stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, BLOCK_N,
                                              LAT, NS, F16)),
              (_fp8_producer, (kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2,
-                              k_s3, kp_smem, sc_smem, landed, ready, free, BLOCK_N, NS, PW, F16, SWAP,
-                              SECOND_EARLY))],
+                              k_s3, kp_smem, sc_smem, landed, ready, free, BLOCK_N, NS, PW, F16, SWAP))],
             [PW], [REGS])
         gluon_narrow.narrow_epilogue(acc0, acc1, acc2, acc3, b_m, b_l2, sink_ptr, out_ptr, lse_ptr, i_t,
                                      i_s, h0, n_heads, stride_o_t, stride_o_h, stride_o_s, stride_lse_t,
@@ -368,8 +352,7 @@ def sparse_mla_gluon_fp8_ws_kernel(
                              free, p_idx, n_start, n_end, n_steps, n_rows, qk_scale, BLOCK_H, BLOCK_N,
                              LAT, NS, False)),
              (_fp8_producer, (kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2,
-                              k_s3, kp_smem, sc_smem, landed, ready, free, BLOCK_N, NS, PW, F16, SWAP,
-                              SECOND_EARLY))],
+                              k_s3, kp_smem, sc_smem, landed, ready, free, BLOCK_N, NS, PW, F16, SWAP))],
             [PW], [REGS])
         _epilogue(acc0, acc1, acc2, acc3, b_m, b_l2, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0, n_heads,
                   stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h, HAS_SINK, PARTIAL,

@@ -22,7 +22,11 @@ operand tiles: at most one tile in flight per SM. The shipped attention at T=128
 Needs an SM90 GPU and Triton 3.6-3.8, as kernels/gluon_sm90.py (Triton 3.9 renamed some of
 the Gluon calls both use). Results: BENCHMARKS.md "The gather alone, by copy mechanism".
 
+``--rows N`` and ``--tokens T`` change the cache's rows and the tokens (e.g. ``--rows 32768
+--tokens 4096``: the prefill bench's L2-resident cache, what bounds few-head prefill there).
+
 Usage (on the GPU): python3 benchmarks/gather_ceiling.py OUT.json [--only ld,cp,tma,attention]
+[--rows N] [--tokens T]
 """
 
 import json
@@ -310,5 +314,10 @@ def main(path, only=None):
         json.dump(dict(head, records=records), f, indent=1)
 
 
+def _option(name, default):
+    return int(sys.argv[sys.argv.index(name) + 1]) if name in sys.argv else default
+
+
 if __name__ == "__main__":
+    N_ROWS, T = _option("--rows", N_ROWS), _option("--tokens", T)
     main(sys.argv[1], sys.argv[sys.argv.index("--only") + 1].split(",") if "--only" in sys.argv else None)

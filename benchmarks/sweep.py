@@ -418,8 +418,10 @@ NARROW_WORKLOADS = [Workload("decode", t, h, "fp8_ds_mla") for h in (8, 16) for 
     Workload("decode", 128, 32, "fp8_ds_mla"), Workload("decode", 128, 16, "fp8_ds_mla", lengths="random"),
     Workload("decode", 4, 16, "fp8_ds_mla"),
     Workload("prefill", 4096, 16, "fp8_ds_mla", n_rows=32768), Workload("prefill", 4096, 16, "fp8_ds_mla"),
+    Workload("prefill", 4096, 8, "fp8_ds_mla"), Workload("decode", 128, 8, "fp8_ds_mla", lengths="random"),
     Workload("decode", 128, 64, "fp8_ds_mla"), Workload("decode", 128, 128, "fp8_ds_mla")]
-NARROW_TILES = [T(16, 64, 4, 2, fp8_f16=True, gluon=True, producer_warp=True),
+NARROW_TILES = [T(8, 64, 4, 2, fp8_f16=True, gluon=True, producer_warp=True),
+                T(16, 64, 4, 2, fp8_f16=True, gluon=True, producer_warp=True),
                 T(32, 64, 4, 2, fp8_f16=True, gluon=True, producer_warp=True)]
 
 
@@ -432,7 +434,10 @@ def main_narrow(path):
         shipped = configs.pick_tile("sm90", t_count=w.t, h_count=w.h, fp8=True)
         # (the few-head tiles' fallback: the Triton tiles the table ran before run 101)
         tiles = [shipped.fallback or shipped]
-        tiles += [t for t in NARROW_TILES if t.block_h >= w.h and (t.block_h == 16 or w.h > 16)]
+        # the few-head tiles that cover the heads, no wider than 16 below 16 heads, each twice
+        # in alternation (adjacent timings are compared)
+        gluon_tiles = [t for t in NARROW_TILES if t.block_h >= w.h and (t.block_h <= 16 or w.h > 16)]
+        tiles += gluon_tiles * 2
         first = []
         for tile in tiles:
             rec, meta = time_against_first(inputs, w, tile, True, sms, first)

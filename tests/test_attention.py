@@ -262,9 +262,9 @@ NARROW_CASES = [
 @pytest.mark.gpu
 @_SM90_ONLY
 @pytest.mark.parametrize("block_h,f16,extra", [
-    (16, True, {}), (16, False, {}), (32, True, {}), (16, True, {"wide_producer": True}),
+ (8, True, {}), (16, True, {}), (16, False, {}), (32, True, {}), (16, True, {"wide_producer": True}),
     (32, True, {"wide_producer": True}), (32, False, {"wide_producer": True})],
-    ids=["16 heads", "16 heads bf16 operands", "32 heads", "16 heads 8 producer warps", "32 heads 8 producer warps",
+    ids=["8 heads", "16 heads", "16 heads bf16 operands", "32 heads", "16 heads 8 producer warps", "32 heads 8 producer warps",
          "32 heads 8 producer warps bf16 operands"])
 @pytest.mark.parametrize("p", NARROW_CASES)
 def test_gluon_narrow(p, block_h, f16, extra, device):

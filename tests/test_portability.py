@@ -221,7 +221,7 @@ _NARROW_PROBE = r"""
 import json, re, sys
 from triton_sparse_mla import configs, portability
 out = {}
-for block_h, f16 in ((16, True), (16, False), (32, True)):
+for block_h, f16 in ((8, True), (16, True), (16, False), (32, True)):
     tile = configs.TileConfig(block_h, 64, 4, 2, gluon=True, producer_warp=True, fp8_f16=f16)
     for label, kernel, types, cx, div, warps, stages in portability._gluon_variants(tile, True):
         k = portability._compile(kernel, types, cx, div, 90, warps, stages)
@@ -237,14 +237,14 @@ json.dump(out, open(sys.argv[1], "w"))
 
 @_NEEDS_GLUON
 def test_gluon_narrow_kernel_compiles(tmp_path):
-    """The few-head Gluon tile over fp8_ds_mla rows (kernels/gluon_narrow.py), 16 heads into
-    fp16 and bf16 operands and 32 heads, final and partial outputs, compiles with this Triton
+    """The few-head Gluon tile over fp8_ds_mla rows (kernels/gluon_narrow.py), 8 and 16 heads
+    into fp16 operands, 16 into bf16 ones and 32 heads, final and partial outputs, compiles with this Triton
     for sm90: within its shared memory, launched with one consumer warpgroup, every dot with
     the heads along N (per 64-row step 36 score dots over 576 columns and 32 PV dots, 4 output
     tiles of 128 rows x 4 steps of 16 rows), two waits (one per group), and the consumers and
     the producer's 4 warps within the register file."""
     counts = _probe(_NARROW_PROBE, tmp_path)
-    assert len(counts) == 6, counts
+    assert len(counts) == 8, counts
     for variant, c in counts.items():
         assert c["shared"] <= configs.SMEM_LIMIT["sm90"] and c["warps"] == 4, (variant, c)
         assert c["block_h"] == int(variant.split("/")[0]), (variant, c)

@@ -1,4 +1,4 @@
-"""The consumers of sm90's Gluon tile for few heads (16 or 32) over fp8_ds_mla rows: the
+"""The consumers of sm90's Gluon tile for few heads (8, 16 or 32) over fp8_ds_mla rows: the
 products computed transposed, rows along the wgmma's M and heads along its N.
 
 A wgmma's M is 64 rows of one warpgroup; 16 heads would fill a quarter of it. Transposed,
@@ -27,7 +27,9 @@ tiles before and 112 us for FlashMLA's fp8 kernel; 87 us at 32 heads against 165
 the step at 2.5 us where the copies alone take 1.95 us and the consumers alone 1.4 us: the
 consumers and the conversion slow each other while they overlap, shared memory the busiest
 unit (71%). With the conversion's stores made conflict-free (gluon_fp8_producer.RAW_SWAP,
-run 110): 71.5-72.3 us at T=128, 1.06-1.11x, about 58-59% of copy.
+run 110): 71.5-72.3 us at T=128, 1.06-1.11x, about 58-59% of copy. With q loaded by the
+consumers (run 181) 69.9 us at 8 heads; with N = 8 for up to 8 heads (configs._N8: no padding
+heads in the B operands, the softmax and the accumulators) 66.8 us (run 184).
 
 Import only where Gluon is available and not under the interpreter (as gluon_sm90).
 """
@@ -45,7 +47,8 @@ def narrow_p_tile(dtype: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_H: gl.conste
     """P^T's shared memory: [BLOCK_N, BLOCK_H] of ``dtype`` (16-bit), heads contiguous."""
     return gl.allocate_shared_memory(
         dtype, [BLOCK_N, BLOCK_H],
-        gl.NVMMASharedLayout(swizzle_byte_width=2 * BLOCK_H, element_bitwidth=16, rank=2))
+        gl.NVMMASharedLayout(swizzle_byte_width=2 * BLOCK_H if BLOCK_H >= 16 else 0, element_bitwidth=16,
+                             rank=2))
 
 
 @gluon.jit

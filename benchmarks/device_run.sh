@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One self-contained call on the GPU machine: install, test, sanitize, sweep, benchmark.
 # Usage (on the device, from the repo root): bash benchmarks/device_run.sh [steps...]
-# Steps: tests sanitizer sweep narrow stride fp8sweep splits splits-len warps fp8choice wsparts residency residency-toggle residency-warps ncu ppc ppncu nbprobe vllmtests mid grid splitn splitlat splitprobe exchange apart racecheck racecheck-producer variants wide latency toggle bench prefill (default: tests sanitizer sweep bench
+# Steps: tests sanitizer sweep narrow stride fp8sweep splits splits-len warps fp8choice wsparts residency residency-toggle residency-warps ncu ppc ppncu nbprobe vllmtests mid grid gatherl2 splitn splitlat splitprobe exchange apart racecheck racecheck-producer variants wide latency toggle bench prefill (default: tests sanitizer sweep bench
 # prefill). toggle and residency-toggle time a boolean TileConfig field off and on, named by
 # $TOGGLE (e.g. TOGGLE=prefetch_idx), on the workloads of one row format if $TOGGLE_FMT is set
 # (e.g. TOGGLE_FMT=fp8_ds_mla) and of the head counts in $TOGGLE_HEADS (toggle only; e.g.
@@ -31,6 +31,8 @@ for s in $steps; do
     splits) timeout 200 python3 benchmarks/sweep.py "$OUT/sweep-splits.json" --splits 2>&1 | tee "$OUT/sweep-splits.log" | grep SPLIT ;;
     splits-len) timeout 240 python3 benchmarks/sweep.py "$OUT/sweep-splits-len.json" --splits-len 2>&1 | tee "$OUT/sweep-splits-len.log" | grep SPLIT ;;
     splitprobe) timeout 150 python3 benchmarks/kernel_split_probe.py "$OUT/split-probe.json" 2>&1 | tee "$OUT/split-probe.log" | grep -E "PROBE|Error" ;;
+    gatherl2) # the bare gather from the prefill bench's L2-resident cache (32K rows, T=4096)
+      timeout 240 python3 benchmarks/gather_ceiling.py "$OUT/gather-l2.json" --rows 32768 --tokens 4096 --only ld,cp,attention 2>&1 | tee "$OUT/gather-l2.log" | grep -E "GATHER|Error" ;;
     grid) timeout 200 python3 benchmarks/narrow_grid.py "$OUT/narrow-grid.json" 2>&1 | tee "$OUT/narrow-grid.log" | grep GRID ;;
     splitn) timeout 200 python3 benchmarks/split_count.py "$OUT/split-count.json" 2>&1 | tee "$OUT/split-count.log" | grep SPLITN ;;
     splitlat) timeout 400 python3 benchmarks/split_count.py "$OUT/split-latency.json" --latency --rounds 3 2>&1 | tee "$OUT/split-latency.log" | grep SPLITN ;;

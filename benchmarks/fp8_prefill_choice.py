@@ -13,7 +13,7 @@ Times, per workload, eagerly (as prefill runs), in one run:
 
 Workloads: K=2048; prefill T=4096 with H in {8, 16, 32, 64, 128} over caches of 32K and 1M rows
 (the bench's inputs); "ctx64K": a 1M-row cache whose tokens all read inside one 64K-row window
-(one long request, as in vLLM); T=16384 over 32K rows with H in {16, 32, 64} and the 64K
+(one long request, as in vLLM); T=16384 over 32K rows with H in {8, 16, 32, 64} and the 64K
 window with 32 and 128 heads (the reuse thresholds, workspace.MIN_REUSE_GLUON); T=512 and 1024
 (H=16, 32K rows) to place the token threshold. Each workload also reports the two paths'
 relative difference and the workspace's error against the float64 reference.
@@ -39,9 +39,9 @@ def workloads():
     for n_rows in (32768, 1 << 20):
         for h in (8, 16, 32, 64, 128):
             yield Workload("prefill", 4096, h, "fp8_ds_mla", n_rows=n_rows), None
-    for h in (16, 64):
+    for h in (8, 16, 64):
         yield Workload("prefill", 4096, h, "fp8_ds_mla", n_rows=1 << 20), 65536
-    for h in (16, 32, 64):
+    for h in (8, 16, 32, 64):
         yield Workload("prefill", 16384, h, "fp8_ds_mla", n_rows=32768), None
     for h in (32, 128):
         yield Workload("prefill", 4096, h, "fp8_ds_mla", n_rows=1 << 20), 65536

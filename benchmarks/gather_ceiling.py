@@ -300,8 +300,8 @@ def main(path, only=None):
     # the shipped attention on the same shape, for scale (the cache of the bench)
     caches = Caches()
     for fmt, h in (() if only is not None and "attention" not in only else
-                   (("fp8_ds_mla", 16), ("bf16", 16), ("bf16", 64))):
-        w = Workload("decode", T, h, fmt)
+                   (("fp8_ds_mla", 8), ("fp8_ds_mla", 16), ("bf16", 8), ("bf16", 16), ("bf16", 64))):
+        w = Workload("decode" if T <= 512 else "prefill", T, h, fmt, n_rows=N_ROWS)
         q, kv, idx_w, _ = make_inputs(w, caches)
         row = 656 if fmt == "fp8_ds_mla" else 1152
         us = time_us(lambda: sparse_mla_attention(q, kv, idx_w, 576 ** -0.5))

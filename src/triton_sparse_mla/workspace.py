@@ -52,8 +52,11 @@ MIN_REUSE = 8
 # won at every reuse, run 119); with 64 heads (the dequantizing producer) 1.18x at 8,
 # a tie at 128, the workspace 1.05x faster at 256 and 1.08x at 1024; with 128 heads the
 # workspace 1.01-1.09x faster everywhere (H200, 2026-12-02, runs 118-119, BENCHMARKS.md
-# "fp8_ds_mla rows: what their alignment costs, and prefill in the kernel").
-MIN_REUSE_GLUON = ((16, 256), (32, 256), (64, 256), (None, MIN_REUSE))
+# "fp8_ds_mla rows: what their alignment costs, and prefill in the kernel"). With up to 8
+# heads (the 8-head tile, configs._N8) the in-kernel path wins at every reuse measured: 1.09x at
+# 256, 1.015x at 1024, 1.11x at 128 and 1.40x at 8, so the rows are never counted there (the
+# count cost 84-208 us of a T=4096 call: H200, 2026-12-04, runs 185-186).
+MIN_REUSE_GLUON = ((8, None), (16, 256), (32, 256), (64, 256), (None, MIN_REUSE))
 # Largest workspace (bytes of dequantized rows) a call may allocate.
 MAX_BYTES = 2 << 30
 # Largest workspace sized from the shapes alone (min(N, T x K) slots, counted rows or not): a

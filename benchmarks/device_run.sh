@@ -50,9 +50,10 @@ for s in $steps; do
          ncu --import "$OUT/prof.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip > "$OUT/ncu-source.csv.gz" ;;
     narrow) # the few-head Gluon fp8 tile's GPU tests under their own timeout (a wrong mbarrier phase
       # would hang them), then its timings beside the shipped tiles and FlashMLA
+      # (the row format in $TOGGLE_FMT if set, e.g. TOGGLE_FMT=bf16)
       timeout 240 python3 -m pytest -q -x -p no:cacheprovider tests/test_attention.py -k "gluon_narrow or gluon_fp8_producer" 2>&1 | tee "$OUT/narrow-tests.log" | tail -3
       grep -q " passed" "$OUT/narrow-tests.log" && ! grep -q "failed\|error" "$OUT/narrow-tests.log" &&
-        timeout 300 python3 benchmarks/sweep.py "$OUT/sweep-narrow.json" --narrow 2>&1 | tee "$OUT/sweep-narrow.log" | grep NARROW ;;
+        timeout 300 python3 benchmarks/sweep.py "$OUT/sweep-narrow.json" --narrow ${TOGGLE_FMT:+--fmt $TOGGLE_FMT} 2>&1 | tee "$OUT/sweep-narrow.log" | grep NARROW ;;
     wide) timeout 240 python3 benchmarks/sweep.py "$OUT/sweep-wide.json" --wide 2>&1 | tee "$OUT/sweep-wide.log" | grep EXCH ;;
     variants) # the producer-warpgroup Gluon kernels' GPU tests (4 and 8 producer warps, qk_ahead, the
       # alternate-tile kernel) under their own timeout (a wrong mbarrier phase would hang them),

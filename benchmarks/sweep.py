@@ -133,7 +133,7 @@ def main(path):
     if "--warps" in sys.argv:
         return main_warps(path)
     if "--narrow" in sys.argv:
-        return main_narrow(path)
+        return main_narrow(path, sys.argv[sys.argv.index("--fmt") + 1] if "--fmt" in sys.argv else None)
     if "--toggle" in sys.argv:
         return main_toggle(path, sys.argv[sys.argv.index("--toggle") + 1],
                            sys.argv[sys.argv.index("--fmt") + 1] if "--fmt" in sys.argv else None,
@@ -420,27 +420,38 @@ NARROW_WORKLOADS = [Workload("decode", t, h, "fp8_ds_mla") for h in (8, 16) for 
     Workload("prefill", 4096, 16, "fp8_ds_mla", n_rows=32768), Workload("prefill", 4096, 16, "fp8_ds_mla"),
     Workload("prefill", 4096, 8, "fp8_ds_mla"), Workload("decode", 128, 8, "fp8_ds_mla", lengths="random"),
     Workload("decode", 128, 64, "fp8_ds_mla"), Workload("decode", 128, 128, "fp8_ds_mla")]
+NARROW_WORKLOADS += [Workload("decode", t, h, "bf16") for h in (8, 16) for t in (128, 512)] + [
+    Workload("decode", 32, 16, "bf16"), Workload("decode", 128, 16, "bf16", lengths="random"),
+    Workload("prefill", 4096, 8, "bf16", n_rows=32768), Workload("prefill", 4096, 16, "bf16", n_rows=32768),
+    Workload("prefill", 4096, 16, "bf16")]
+# bf16 rows: the few-head consumers fed by the plain rows' producer (kernels/gluon_narrow_plain.py)
+NARROW_PLAIN_TILES = [T(8, 64, 4, 2, gluon=True, producer_warp=True), T(16, 64, 4, 2, gluon=True, producer_warp=True)]
 NARROW_TILES = [T(8, 64, 4, 2, fp8_f16=True, gluon=True, producer_warp=True),
                 T(16, 64, 4, 2, fp8_f16=True, gluon=True, producer_warp=True),
                 T(32, 64, 4, 2, fp8_f16=True, gluon=True, producer_warp=True)]
 
 
-def main_narrow(path):
+def main_narrow(path, fmt=None):
+    """``fmt``: only the workloads of that row format."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     caches = Caches()
     records = []
     for w in NARROW_WORKLOADS:
+        if fmt and w.fmt != fmt:
+            continue
+        fp8 = w.fmt == "fp8_ds_mla"
         inputs = make_inputs(w, caches)
-        shipped = configs.pick_tile("sm90", t_count=w.t, h_count=w.h, fp8=True)
+        shipped = configs.pick_tile("sm90", t_count=w.t, h_count=w.h, fp8=fp8)
         # (the few-head tiles' fallback: the Triton tiles the table ran before run 101)
         tiles = [shipped.fallback or shipped]
         # the few-head tiles that cover the heads, no wider than 16 below 16 heads, each twice
         # in alternation (adjacent timings are compared)
-        gluon_tiles = [t for t in NARROW_TILES if t.block_h >= w.h and (t.block_h <= 16 or w.h > 16)]
+        gluon_tiles = [t for t in (NARROW_TILES if fp8 else NARROW_PLAIN_TILES)
+                       if t.block_h >= w.h and (t.block_h <= 16 or w.h > 16)]
         tiles += gluon_tiles * 2
         first = []
         for tile in tiles:
-            rec, meta = time_against_first(inputs, w, tile, True, sms, first)
+            rec, meta = time_against_first(inputs, w, tile, fp8, sms, first)
             records.append(rec)
             print(f"NARROW {w.name:40} {tile.block_h}x{tile.block_n} w{tile.num_warps} s{tile.num_stages} "
                   f"gluon={int(tile.gluon)} splits={rec['splits']:3d} {rec['us']:9.1f} us "

@@ -262,7 +262,7 @@ NARROW_CASES = [
 @pytest.mark.gpu
 @_SM90_ONLY
 @pytest.mark.parametrize("block_h,f16,extra", [
- (8, True, {}), (16, True, {}), (16, False, {}), (32, True, {}), (16, True, {"wide_producer": True}),
+    (8, True, {}), (16, True, {}), (16, False, {}), (32, True, {}), (16, True, {"wide_producer": True}),
     (32, True, {"wide_producer": True}), (32, False, {"wide_producer": True})],
     ids=["8 heads", "16 heads", "16 heads bf16 operands", "32 heads", "16 heads 8 producer warps", "32 heads 8 producer warps",
          "32 heads 8 producer warps bf16 operands"])
@@ -276,6 +276,27 @@ def test_gluon_narrow(p, block_h, f16, extra, device):
     if f16:
         _check_gluon(p, tile, device, q_gain=1e5)
     _check_gluon(p, tile, device)
+
+
+NARROW_PLAIN_CASES = [
+    case(3, 16, 200, 500, topk_length="partial", sink=True),
+    case(2, 8, 300, 700, q_tuple=True, rising=True),
+    case(2, 5, 100, 300, invalid_frac=0.5),  # fewer heads than the tile
+    case(2, 24, 100, 300, "fp16", torch.float16, topk_length="partial"),  # two head tiles, one partial
+    case(2, 16, 100, 300, topk_length="zero", sink=True),  # no step runs
+    case(2, 16, 100, 300, invalid_frac=1.0),  # every entry invalid
+]
+
+
+@pytest.mark.gpu
+@_SM90_ONLY
+@pytest.mark.parametrize("block_h", [8, 16])
+@pytest.mark.parametrize("p", NARROW_PLAIN_CASES)
+def test_gluon_narrow_plain(p, block_h, device):
+    """The few-head Gluon tile over bf16 and fp16 rows (kernels/gluon_narrow_plain.py: the
+    consumers of kernels/gluon_narrow.py, rows copied by the plain rows' producer warps) matches
+    the reference, split and not."""
+    _check_gluon(p, configs.TileConfig(block_h, 64, 4, 2, gluon=True, producer_warp=True), device)
 
 
 def test_gluon_runs_where_it_applies(device, monkeypatch):
@@ -297,9 +318,9 @@ def test_gluon_runs_where_it_applies(device, monkeypatch):
     assert gluon_kernels(tile, q.half(), kv8, 64, True, interpret) is None  # fp16 q, fp8 rows
     wide = torch.zeros(10, 584, dtype=torch.bfloat16, device=device)[:, :576]
     assert gluon_kernels(tile, q, wide, 64, False, interpret) is None  # row stride 584
-    narrow = configs.TileConfig(16, 64, 4, 2, gluon=True, producer_warp=True)  # fp8_ds_mla rows only
+    narrow = configs.TileConfig(16, 64, 4, 2, gluon=True, producer_warp=True)  # either row format
     assert (gluon_kernels(narrow, q, kv8, 64, True, interpret) is not None) == sm90
-    assert gluon_kernels(narrow, q, kv, 64, False, interpret) is None
+    assert (gluon_kernels(narrow, q, kv, 64, False, interpret) is not None) == sm90
     with pytest.raises(ValueError, match="gluon.*64 heads x 64 rows.*got 32 x 64"):
         configs.TileConfig(32, 64, 8, 2, gluon=True)
     with pytest.raises(ValueError, match="gluon.*16 or 32 heads.*producer_warp.*got 16 x 64 with 4"):

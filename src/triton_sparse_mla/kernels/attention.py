@@ -42,6 +42,7 @@ registers that arrived during the previous step. They are issued after the step'
 ``ROWS_EARLY`` (tiles with ``rows_early``) before them.
 """
 
+import dataclasses
 import functools
 import math
 import os
@@ -374,9 +375,8 @@ def operand_dtype(q_dtype, fp8_f16: bool):
 
 def gluon_kernels(tile, q_nope, kv, d_pe: int, fp8: bool, interpret: bool):
     """kernels/gluon_sm90.py where it runs this call with this tile, else None (this module's
-    kernel then runs the tile's fields): for a tile with ``gluon`` (the few-head one with
-    fp8_ds_mla rows only) where :func:`gluon_applies`."""
-    if not tile.gluon or (tile.block_h < 64 and not fp8):
+    kernel then runs the tile's fields): for a tile with ``gluon`` where :func:`gluon_applies`."""
+    if not tile.gluon:
         return None
     return gluon_module() if gluon_applies(q_nope, kv, d_pe, fp8, interpret) else None
 
@@ -446,15 +446,19 @@ def launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_
     ``plan``: a ``configs.LaunchPlan`` (tile, split count, fp8 decode path).
     """
     tile, splits, fp8_cvt = plan.tile, plan.splits, plan.fp8_cvt
+    interpret = os.environ.get("TRITON_INTERPRET") == "1"
+    d_pe = 0 if q_pe is None else q_pe.shape[2]
+    gluon = gluon_kernels(tile, q_nope, kv, d_pe, fp8, interpret)
+    if gluon is None and tile.block_h < 16:
+        # a few-head Gluon tile's fields where Gluon does not run (a plan made for another
+        # device): this module's kernel, whose tl.dot needs 16 heads
+        tile = dataclasses.replace(tile, block_h=16)
     block_h, block_n = tile.block_h, tile.block_n
     exchange_p = tile.scratch_exchange
     t_count, h_count, _ = q_nope.shape
     n_rows, topk = kv.shape[0], indices.shape[1]
-    interpret = os.environ.get("TRITON_INTERPRET") == "1"
-    d_pe = 0 if q_pe is None else q_pe.shape[2]
     split_size, splits = split_layout(topk, splits, block_n)
     grid = (t_count * cdiv(h_count, block_h), splits)
-    gluon = gluon_kernels(tile, q_nope, kv, d_pe, fp8, interpret)
     if gluon is not None:
         kernel, args = gluon.kernel_args(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale,
                                          split_size, fp8, tile)

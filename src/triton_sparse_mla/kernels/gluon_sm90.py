@@ -729,8 +729,9 @@ def tile_variant(tile, fp8: bool):
     """``(kernel, constexprs, num_warps)`` that a ``TileConfig`` with ``gluon`` selects for a
     row format: the kernel (fp8_ds_mla, with or without a producer warpgroup that dequantizes:
     kernels/gluon_fp8_producer.py, whose consumers for a tile of fewer than 64 heads are
-    kernels/gluon_narrow.py's; plain, with a producer warpgroup, or with its consumers on
-    alternate tiles: kernels/gluon_pingpong.py), the constexprs that depend on the tile's
+    kernels/gluon_narrow.py's; plain, with a producer warpgroup, with its consumers on
+    alternate tiles: kernels/gluon_pingpong.py, or for fewer than 64 heads with gluon_narrow's
+    consumers: kernels/gluon_narrow_plain.py), the constexprs that depend on the tile's
     fields, and the warps it is launched with. The launcher and portability's compile check
     both take them from here."""
     pw = 8 if tile.wide_producer else 4
@@ -741,6 +742,11 @@ def tile_variant(tile, fp8: bool):
                 dict(F16=tile.fp8_f16, NS=NS, PW=pw, BLOCK_H=tile.block_h), tile.num_warps)
     if fp8:
         return sparse_mla_gluon_fp8_kernel, dict(F16=tile.fp8_f16), NUM_WARPS
+    if tile.block_h < 64:
+        from . import gluon_narrow_plain
+
+        return (gluon_narrow_plain.sparse_mla_gluon_narrow_kernel, dict(NS=NS, PW=pw, BLOCK_H=tile.block_h),
+                tile.num_warps)
     if tile.pingpong:
         from . import gluon_pingpong
 

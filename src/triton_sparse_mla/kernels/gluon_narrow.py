@@ -1,5 +1,6 @@
-"""The consumers of sm90's Gluon tile for few heads (8, 16 or 32) over fp8_ds_mla rows: the
-products computed transposed, rows along the wgmma's M and heads along its N.
+"""The consumers of sm90's Gluon tile for few heads (8, 16 or 32) over fp8_ds_mla rows (and,
+in kernels/gluon_narrow_plain.py, 8 or 16 over bf16/fp16 rows): the products computed
+transposed, rows along the wgmma's M and heads along its N.
 
 A wgmma's M is 64 rows of one warpgroup; 16 heads would fill a quarter of it. Transposed,
 the 64 gathered rows of a step fill M and the heads are N (8 to 256 in steps of 8):

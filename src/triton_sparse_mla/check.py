@@ -3,7 +3,8 @@
 On a GPU the problems are decode- and prefill-sized: 4 tokens with 64 heads, 16 tokens with
 8, 16 and 32 heads (on SM90 the Gluon tiles: the 64-head ones, which take bf16/fp16 rows with
 32 heads too, the other 32 masked, and kernels/gluon_narrow.py's few-head ones, N = 8 up to 8
-heads: for fp8_ds_mla rows up to 32 heads, for bf16/fp16 rows up to 16), and 1024 tokens over 32K rows (the fp8_ds_mla workspace of
+heads: for fp8_ds_mla rows up to 32 heads, for bf16/fp16 rows up to 16), and 1024 tokens
+over 32K rows (the fp8_ds_mla workspace of
 :mod:`triton_sparse_mla.workspace`); on a CPU (through Triton's interpreter) they are small.
 One verdict line per format and geometry; the return value says if all passed.
 """
@@ -45,8 +46,9 @@ def run_check(device: torch.device, *, verbose=print) -> bool:
     """Run every geometry at the device's sizes; print one verdict each; True if all passed."""
     on_gpu = device.type == "cuda"
     # (label, T, H, K, N): decode-sized (split top-k) and, on a GPU, prefill-sized problems.
-    sizes = ([("decode", 4, 64, 2048, 65536), ("8-head", 16, 8, 2048, 65536), ("few-head", 16, 16, 2048, 65536),
-              ("32-head", 16, 32, 2048, 65536), ("prefill", 1024, 16, 512, 32768)] if on_gpu
+    sizes = ([("decode", 4, 64, 2048, 65536), ("8-head", 16, 8, 2048, 65536),
+              ("few-head", 16, 16, 2048, 65536), ("32-head", 16, 32, 2048, 65536),
+              ("prefill", 1024, 16, 512, 32768)] if on_gpu
              else [("decode", 2, 16, 128, 512)])
     if on_gpu:
         name = torch.cuda.get_device_name(device)

@@ -136,8 +136,8 @@ class TileConfig:
         narrow = shape in ((8, 64, 4), (16, 64, 4), (32, 64, 4)) and self.producer_warp
         if self.gluon and shape != (64, 64, 8) and not narrow:
             raise ValueError(f"gluon: the Gluon kernels have two tiles, 64 heads x 64 rows with 8 "
-                             f"warps, and 8, 16 or 32 heads x 64 rows with 4 warps and producer_warp, "
-                             f"got {self.block_h} x {self.block_n} with "
+                             f"warps, and 8, 16 or 32 heads x 64 rows with 4 warps and "
+                             f"producer_warp, got {self.block_h} x {self.block_n} with "
                              f"{self.num_warps}")
         if self.producer_warp and not self.gluon:
             raise ValueError("producer_warp: only the Gluon kernel has a producer warp; set gluon "

@@ -298,11 +298,7 @@ def sparse_mla_gluon_fp8_ws_kernel(
         # copies fly (gluon_narrow.narrow_consumer): 1.008-1.019x in decode at 8-32 heads,
         # 1.014x in prefill over 32K rows, against every warp loading it before the partitions
         # (H200, 2026-12-03, run 181)
-        q_s0 = gl.allocate_shared_memory(op_t, [BLOCK_H, LAT], SMEM)
-        q_s1 = gl.allocate_shared_memory(op_t, [BLOCK_H, LAT], SMEM)
-        q_s2 = gl.allocate_shared_memory(op_t, [BLOCK_H, LAT], SMEM)
-        q_s3 = gl.allocate_shared_memory(op_t, [BLOCK_H, LAT], SMEM)
-        q_sp = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, D_PE], SMEM)
+        q_s0, q_s1, q_s2, q_s3, q_sp = gluon_narrow.narrow_q_tiles(op_t, gl.bfloat16, BLOCK_H, LAT, D_PE)
     else:
         q_s0, q_s1, q_s2, q_s3, q_sp = _load_q(q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
                                                stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, LAT,

@@ -40,7 +40,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
-from .gluon_sm90 import GATHER_W4, ROPE_W4, _barrier, _lse_and_scale, _q_values, _row_ids
+from .gluon_sm90 import GATHER_W4, ROPE_W4, SMEM, _barrier, _lse_and_scale, _q_values, _row_ids
 
 
 @gluon.jit
@@ -50,6 +50,18 @@ def narrow_p_tile(dtype: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_H: gl.conste
         dtype, [BLOCK_N, BLOCK_H],
         gl.NVMMASharedLayout(swizzle_byte_width=2 * BLOCK_H if BLOCK_H >= 16 else 0, element_bitwidth=16,
                              rank=2))
+
+
+@gluon.jit
+def narrow_q_tiles(dtype: gl.constexpr, rope_dtype: gl.constexpr, BLOCK_H: gl.constexpr,
+                   LAT: gl.constexpr, D_PE: gl.constexpr):
+    """q's shared memory, empty (:func:`narrow_consumer` stores q into it): four latent tiles
+    [BLOCK_H, LAT] of ``dtype`` and the rope [BLOCK_H, D_PE] of ``rope_dtype``."""
+    return (gl.allocate_shared_memory(dtype, [BLOCK_H, LAT], SMEM),
+            gl.allocate_shared_memory(dtype, [BLOCK_H, LAT], SMEM),
+            gl.allocate_shared_memory(dtype, [BLOCK_H, LAT], SMEM),
+            gl.allocate_shared_memory(dtype, [BLOCK_H, LAT], SMEM),
+            gl.allocate_shared_memory(rope_dtype, [BLOCK_H, D_PE], SMEM))
 
 
 @gluon.jit

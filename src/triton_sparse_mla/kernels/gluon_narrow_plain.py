@@ -15,7 +15,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier
 
 from . import gluon_narrow
-from .gluon_sm90 import SMEM, _NOT_SPECIALIZED, _barrier, _latent_ring, _split_range, _tile_origin, _ws_producer
+from .gluon_sm90 import _NOT_SPECIALIZED, _barrier, _latent_ring, _split_range, _tile_origin, _ws_producer
 
 # The producer warps copy only (their ids and addresses): 128 registers leave the consumer
 # warpgroup the rest of the register file, as in the fp8_ds_mla few-head kernel.
@@ -39,11 +39,7 @@ def sparse_mla_gluon_narrow_kernel(
     i_t, h0 = _tile_origin(n_heads, BLOCK_H)
     dt: gl.constexpr = kv_ptr.dtype.element_ty  # bf16 or fp16, as q (kernels.attention)
     # q is stored by the consumers inside their partition
-    q_s0 = gl.allocate_shared_memory(dt, [BLOCK_H, LAT], SMEM)
-    q_s1 = gl.allocate_shared_memory(dt, [BLOCK_H, LAT], SMEM)
-    q_s2 = gl.allocate_shared_memory(dt, [BLOCK_H, LAT], SMEM)
-    q_s3 = gl.allocate_shared_memory(dt, [BLOCK_H, LAT], SMEM)
-    q_sp = gl.allocate_shared_memory(dt, [BLOCK_H, D_PE], SMEM)
+    q_s0, q_s1, q_s2, q_s3, q_sp = gluon_narrow.narrow_q_tiles(dt, dt, BLOCK_H, LAT, D_PE)
     k_s0, k_s1, k_s2, k_s3, kp_smem = _latent_ring(dt, dt, BLOCK_N, LAT, D_PE, NS)
     p_smem = gluon_narrow.narrow_p_tile(dt, BLOCK_N, BLOCK_H)
     ready = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())

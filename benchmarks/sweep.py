@@ -315,7 +315,7 @@ TOGGLE_WORKLOADS = [
     Workload("prefill", 4096, 128, "bf16", n_rows=32768),
     Workload("prefill", 4096, 64, "bf16"), Workload("decode", 128, 64, "bf16", lengths="random"),
     Workload("decode", 128, 8, "fp8_ds_mla"), Workload("decode", 128, 16, "fp8_ds_mla"),
-    Workload("decode", 128, 16, "bf16"), Workload("decode", 512, 16, "fp8_ds_mla"),
+    Workload("decode", 128, 8, "bf16"), Workload("decode", 128, 16, "bf16"), Workload("decode", 512, 16, "fp8_ds_mla"),
     Workload("decode", 128, 32, "bf16"), Workload("decode", 128, 32, "fp8_ds_mla"),
     Workload("decode", 4, 16, "bf16"), Workload("decode", 4, 16, "fp8_ds_mla"),
     Workload("decode", 1, 128, "fp8_ds_mla"),

@@ -263,10 +263,9 @@ NARROW_CASES = [
 @_SM90_ONLY
 @pytest.mark.parametrize("block_h,f16,extra", [
     (8, True, {}), (16, True, {}), (16, False, {}), (32, True, {}), (16, True, {"wide_producer": True}),
-    (32, True, {"wide_producer": True}), (32, False, {"wide_producer": True}), (8, True, {"lazy_rescale": True}),
-    (16, True, {"lazy_rescale": True})],
+    (32, True, {"wide_producer": True}), (32, False, {"wide_producer": True})],
     ids=["8 heads", "16 heads", "16 heads bf16 operands", "32 heads", "16 heads 8 producer warps", "32 heads 8 producer warps",
-         "32 heads 8 producer warps bf16 operands", "8 heads lazy rescale", "16 heads lazy rescale"])
+         "32 heads 8 producer warps bf16 operands"])
 @pytest.mark.parametrize("p", NARROW_CASES)
 def test_gluon_narrow(p, block_h, f16, extra, device):
     """The few-head Gluon tile over fp8_ds_mla rows (kernels/gluon_narrow.py: rows along the
@@ -291,15 +290,13 @@ NARROW_PLAIN_CASES = [
 
 @pytest.mark.gpu
 @_SM90_ONLY
-@pytest.mark.parametrize("lazy", [False, True], ids=["", "lazy rescale"])
 @pytest.mark.parametrize("block_h", [8, 16])
 @pytest.mark.parametrize("p", NARROW_PLAIN_CASES)
-def test_gluon_narrow_plain(p, block_h, lazy, device):
+def test_gluon_narrow_plain(p, block_h, device):
     """The few-head Gluon tile over bf16 and fp16 rows (kernels/gluon_narrow_plain.py: the
     consumers of kernels/gluon_narrow.py, rows copied by the plain rows' producer warps) matches
-    the reference, split and not, rescaling on every step and lazily."""
-    tile = configs.TileConfig(block_h, 64, 4, 2, gluon=True, producer_warp=True, lazy_rescale=lazy)
-    _check_gluon(p, tile, device)
+    the reference, split and not."""
+    _check_gluon(p, configs.TileConfig(block_h, 64, 4, 2, gluon=True, producer_warp=True), device)
 
 
 def test_gluon_runs_where_it_applies(device, monkeypatch):

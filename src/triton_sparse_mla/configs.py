@@ -110,10 +110,6 @@ class TileConfig:
     # 2026-12-03, run 153; BENCHMARKS.md "The alternate-tile kernel shipped");
     # shipped (sm90's _G64).
     pingpong: bool = False
-    # With ``gluon`` and fewer than 64 heads (kernels/gluon_narrow.py's consumers): the
-    # accumulators rescaled only on steps where some head's max passed the reference max by
-    # more than 8 (base 2), a branch on one flag per warpgroup. Experimental: on in no table.
-    lazy_rescale: bool = False
     # With ``gluon``: the Triton tile a call runs where the Gluon kernel does not apply
     # (``without_gluon``; the planner decides it per call, kernels.attention.gluon_applies).
     # None: the same shape with the Gluon-only fields off.
@@ -127,8 +123,7 @@ class TileConfig:
         if self.fallback is not None:
             return self.fallback
         return dataclasses.replace(self, gluon=False, producer_warp=False, qk_ahead=False,
-                                   wide_producer=False, pingpong=False, lazy_rescale=False,
-                                   fp8_f16=self.triton_fp8_f16)
+                                   wide_producer=False, pingpong=False, fp8_f16=self.triton_fp8_f16)
 
     @property
     def triton_fp8_f16(self) -> bool:
@@ -159,9 +154,6 @@ class TileConfig:
         if self.pingpong and self.qk_ahead:
             raise ValueError("pingpong: the alternate-tile Gluon kernel has no qk_ahead; unset "
                              "one of them")
-        if self.lazy_rescale and not (self.gluon and self.producer_warp and self.block_h < 64):
-            raise ValueError("lazy_rescale: only the few-head Gluon tiles' consumers rescale "
-                             "lazily; set gluon and producer_warp, with fewer than 64 heads")
         if self.fallback is not None and (self.fallback.gluon or not self.gluon):
             raise ValueError("fallback: a Triton tile (gluon off) for a tile with gluon")
         if self.qk_ahead and not self.producer_warp:

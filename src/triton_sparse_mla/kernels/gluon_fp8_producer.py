@@ -280,13 +280,12 @@ def sparse_mla_gluon_fp8_ws_kernel(
     stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
     HAS_LEN: gl.constexpr, HAS_SINK: gl.constexpr, PARTIAL: gl.constexpr,
     BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
-    NS: gl.constexpr, PW: gl.constexpr, F16: gl.constexpr, LAZY: gl.constexpr = False,
+    NS: gl.constexpr, PW: gl.constexpr, F16: gl.constexpr,
 ):
     """gluon_sm90.sparse_mla_gluon_fp8_kernel's program with its gathers and dequantization in
     ``PW`` producer warps (this module's docstring). With F16 (``TileConfig.fp8_f16``) the
     latent operands are fp16 (q scaled by 2^-8, which the launcher divides out of
-    ``qk_scale``), the rope dot bf16. LAZY: gluon_narrow.narrow_consumer's (fewer than 64
-    heads)."""
+    ``qk_scale``), the rope dot bf16."""
     NARROW: gl.constexpr = BLOCK_H < 64  # (kernels/gluon_narrow.py's consumers)
     # The raw halves of odd rows swapped, and the conversion's conflict-free layout (RAW_SWAP,
     # _cvt_layout): with the few-head consumers 1.06-1.11x (run 110). Not timed on the 64-head
@@ -336,7 +335,7 @@ def sparse_mla_gluon_fp8_ws_kernel(
                                              p_smem, ready, free, p_idx, n_start, n_end, n_steps, n_rows,
                                              qk_scale, q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
                                              stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, BLOCK_N,
-                                             LAT, NS, F16, LAZY)),
+                                             LAT, NS, F16)),
              (_fp8_producer, (kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2,
                               k_s3, kp_smem, sc_smem, landed, ready, free, BLOCK_N, NS, PW, F16, SWAP))],
             [PW], [REGS])

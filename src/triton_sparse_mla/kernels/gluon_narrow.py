@@ -42,10 +42,6 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from .gluon_sm90 import GATHER_W4, ROPE_W4, SMEM, _barrier, _lse_and_scale, _q_values, _row_ids
 
-# With LAZY (TileConfig.lazy_rescale): how far (base 2) a head's max may pass the reference max
-# before the accumulators are rescaled; the probabilities stay below 2^8, well inside fp16.
-LAZY_MARGIN = gl.constexpr(8.0)
-
 
 @gluon.jit
 def narrow_p_tile(dtype: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_H: gl.constexpr):
@@ -73,7 +69,7 @@ def narrow_consumer(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_sme
                     free, p_idx, n_start, n_end, n_steps, n_rows, qk_scale, q_nope_ptr, q_pe_ptr, i_t,
                     h0, n_heads, stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h,
                     BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, LAT: gl.constexpr, NS: gl.constexpr,
-                    F16: gl.constexpr, LAZY: gl.constexpr):
+                    F16: gl.constexpr):
     """The consumer warpgroup: first q into ``q_s*`` (from ``q_nope_ptr`` to ``stride_qp_h``:
     :func:`gluon_sm90._q_values`'s arguments), loaded here while the producer's first copies
     fly. Then each step waits for its slot's rows (``ready``),
@@ -119,33 +115,16 @@ def narrow_consumer(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_sme
         b_idx = _row_ids(p_idx, n_start + i * BLOCK_N, n_end, gl.SliceLayout(1, T_L), BLOCK_N)
         m_n = (b_idx >= 0) & (b_idx < n_rows)
         s = gl.where(m_n[:, None], s * qk_scale, float("-inf"))
-        m_step = gl.max(s, axis=0)
-        if LAZY:
-            # the reference max moves only when some head's max passed it by more than
-            # LAZY_MARGIN (one flag for the warpgroup: every thread holds every head's max), so
-            # most steps skip the rescale; the probabilities stay below 2^LAZY_MARGIN
-            if gl.max(m_step - b_m, axis=0) > LAZY_MARGIN:
-                b_m_new = gl.maximum(b_m, m_step)
-                alpha = gl.exp2(b_m - b_m_new)[None, :]
-                b_m = b_m_new
-                b_l2 = b_l2 * alpha
-                acc0 = acc0 * alpha
-                acc1 = acc1 * alpha
-                acc2 = acc2 * alpha
-                acc3 = acc3 * alpha
-            p = gl.exp2(s - b_m[None, :])
-            b_l2 = b_l2 + p
-        else:
-            b_m_new = gl.maximum(b_m, m_step)
-            alpha = gl.exp2(b_m - b_m_new)[None, :]
-            b_m = b_m_new
-            p = gl.exp2(s - b_m[None, :])
-            b_l2 = b_l2 * alpha + p
-            # every accumulator rescaled before a PV dot is issued (gluon_sm90's docstring: C7515)
-            acc0 = acc0 * alpha
-            acc1 = acc1 * alpha
-            acc2 = acc2 * alpha
-            acc3 = acc3 * alpha
+        b_m_new = gl.maximum(b_m, gl.max(s, axis=0))
+        alpha = gl.exp2(b_m - b_m_new)[None, :]
+        b_m = b_m_new
+        p = gl.exp2(s - b_m[None, :])
+        b_l2 = b_l2 * alpha + p
+        # every accumulator rescaled before a PV dot is issued (gluon_sm90's docstring: C7515)
+        acc0 = acc0 * alpha
+        acc1 = acc1 * alpha
+        acc2 = acc2 * alpha
+        acc3 = acc3 * alpha
         p_smem.store(p.to(p_smem.dtype))
         fence_async_shared()  # this thread's part of P^T, for the wgmma
         _barrier()  # every consumer thread's part

@@ -30,13 +30,12 @@ def sparse_mla_gluon_narrow_kernel(
     stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
     HAS_LEN: gl.constexpr, HAS_SINK: gl.constexpr, PARTIAL: gl.constexpr,
     BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
-    NS: gl.constexpr, PW: gl.constexpr, LAZY: gl.constexpr = False,
+    NS: gl.constexpr, PW: gl.constexpr,
 ):
     """One program per (token, head tile, split), as gluon_sm90's kernels: ``PW`` producer warps
     copy each step's rows into an NS-slot ring and complete its ``ready`` barrier when their
     copies land; the consumer warpgroup (gluon_narrow.narrow_consumer) loads q, then computes
-    each step and frees its slot (LAZY: narrow_consumer's). Arguments as gluon_sm90.kernel_args
-    gives them."""
+    each step and frees its slot. Arguments as gluon_sm90.kernel_args gives them."""
     i_t, h0 = _tile_origin(n_heads, BLOCK_H)
     dt: gl.constexpr = kv_ptr.dtype.element_ty  # bf16 or fp16, as q (kernels.attention)
     # q is stored by the consumers inside their partition
@@ -59,7 +58,7 @@ def sparse_mla_gluon_narrow_kernel(
                                          p_smem, ready, free, p_idx, n_start, n_end, n_steps, n_rows,
                                          qk_scale, q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
                                          stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, BLOCK_N, LAT,
-                                         NS, False, LAZY)),
+                                         NS, False)),
          (_ws_producer, (kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2,
                          k_s3, kp_smem, ready, free, BLOCK_N, LAT, D_PE, NS, PW))],
         [PW], [PRODUCER_REGS])

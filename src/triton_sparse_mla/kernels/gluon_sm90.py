@@ -739,15 +739,14 @@ def tile_variant(tile, fp8: bool):
         from . import gluon_fp8_producer
 
         return (gluon_fp8_producer.sparse_mla_gluon_fp8_ws_kernel,
-                dict(F16=tile.fp8_f16, NS=NS, PW=pw, BLOCK_H=tile.block_h, LAZY=tile.lazy_rescale),
-                tile.num_warps)
+                dict(F16=tile.fp8_f16, NS=NS, PW=pw, BLOCK_H=tile.block_h), tile.num_warps)
     if fp8:
         return sparse_mla_gluon_fp8_kernel, dict(F16=tile.fp8_f16), NUM_WARPS
     if tile.block_h < 64:
         from . import gluon_narrow_plain
 
-        return (gluon_narrow_plain.sparse_mla_gluon_narrow_kernel,
-                dict(NS=NS, PW=pw, BLOCK_H=tile.block_h, LAZY=tile.lazy_rescale), tile.num_warps)
+        return (gluon_narrow_plain.sparse_mla_gluon_narrow_kernel, dict(NS=NS, PW=pw, BLOCK_H=tile.block_h),
+                tile.num_warps)
     if tile.pingpong:
         from . import gluon_pingpong
 

@@ -113,30 +113,48 @@ def narrow_consumer(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_sme
         s = warpgroup_mma_wait(0, deps=[s])
 
         b_idx = _row_ids(p_idx, n_start + i * BLOCK_N, n_end, gl.SliceLayout(1, T_L), BLOCK_N)
-        m_n = (b_idx >= 0) & (b_idx < n_rows)
-        s = gl.where(m_n[:, None], s * qk_scale, float("-inf"))
-        b_m_new = gl.maximum(b_m, gl.max(s, axis=0))
-        alpha = gl.exp2(b_m - b_m_new)[None, :]
-        b_m = b_m_new
-        p = gl.exp2(s - b_m[None, :])
-        b_l2 = b_l2 * alpha + p
-        # every accumulator rescaled before a PV dot is issued (gluon_sm90's docstring: C7515)
-        acc0 = acc0 * alpha
-        acc1 = acc1 * alpha
-        acc2 = acc2 * alpha
-        acc3 = acc3 * alpha
-        p_smem.store(p.to(p_smem.dtype))
+        b_m, b_l2, acc0, acc1, acc2, acc3 = narrow_softmax(s, b_idx, n_rows, qk_scale, b_m, b_l2, acc0, acc1,
+                                                           acc2, acc3, p_smem)
         fence_async_shared()  # this thread's part of P^T, for the wgmma
         _barrier()  # every consumer thread's part
-        acc0 = warpgroup_mma(k0.permute((1, 0)), p_smem, acc0, is_async=True)
-        acc1 = warpgroup_mma(k1.permute((1, 0)), p_smem, acc1, is_async=True)
-        acc2 = warpgroup_mma(k2.permute((1, 0)), p_smem, acc2, is_async=True)
-        acc3 = warpgroup_mma(k3.permute((1, 0)), p_smem, acc3, is_async=True)
-        acc0, acc1, acc2, acc3 = warpgroup_mma_wait(0, deps=[acc0, acc1, acc2, acc3])
+        acc0, acc1, acc2, acc3 = narrow_pv(k0, k1, k2, k3, p_smem, acc0, acc1, acc2, acc3)
         # every consumer warp's PV dots (which read the slot and P^T) are done: free the slot
         _barrier()
         mbarrier.arrive(free.index(slot), count=1)
     return acc0, acc1, acc2, acc3, b_m, b_l2
+
+
+@gluon.jit
+def narrow_softmax(s, b_idx, n_rows, qk_scale, b_m, b_l2, acc0, acc1, acc2, acc3, p_smem):
+    """One step's online softmax along the rows of the transposed scores ``s`` [BLOCK_N,
+    BLOCK_H] (rows ``b_idx``, masked where invalid): the running max ``b_m`` and per-entry
+    denominators ``b_l2`` updated, the four output accumulators rescaled, the probabilities
+    stored into ``p_smem`` (P^T). Returns ``b_m, b_l2, acc0..acc3``."""
+    m_n = (b_idx >= 0) & (b_idx < n_rows)
+    s = gl.where(m_n[:, None], s * qk_scale, float("-inf"))
+    b_m_new = gl.maximum(b_m, gl.max(s, axis=0))
+    alpha = gl.exp2(b_m - b_m_new)[None, :]
+    b_m = b_m_new
+    p = gl.exp2(s - b_m[None, :])
+    b_l2 = b_l2 * alpha + p
+    # every accumulator rescaled before a PV dot is issued (gluon_sm90's docstring: C7515)
+    acc0 = acc0 * alpha
+    acc1 = acc1 * alpha
+    acc2 = acc2 * alpha
+    acc3 = acc3 * alpha
+    p_smem.store(p.to(p_smem.dtype))
+    return b_m, b_l2, acc0, acc1, acc2, acc3
+
+
+@gluon.jit
+def narrow_pv(k0, k1, k2, k3, p_smem, acc0, acc1, acc2, acc3):
+    """The transposed PV dots of one step (the latent tiles ``k0..k3`` [BLOCK_N, LAT] read
+    transposed, P^T from ``p_smem``) into the four accumulators, waited for."""
+    acc0 = warpgroup_mma(k0.permute((1, 0)), p_smem, acc0, is_async=True)
+    acc1 = warpgroup_mma(k1.permute((1, 0)), p_smem, acc1, is_async=True)
+    acc2 = warpgroup_mma(k2.permute((1, 0)), p_smem, acc2, is_async=True)
+    acc3 = warpgroup_mma(k3.permute((1, 0)), p_smem, acc3, is_async=True)
+    return warpgroup_mma_wait(0, deps=[acc0, acc1, acc2, acc3])
 
 
 @gluon.jit

@@ -321,7 +321,7 @@ TOGGLE_WORKLOADS = [
     Workload("decode", 1, 128, "fp8_ds_mla"),
     Workload("decode", 32, 64, "fp8_ds_mla"), Workload("decode", 512, 128, "fp8_ds_mla"),
     Workload("prefill", 4096, 16, "bf16", n_rows=32768),
-    Workload("prefill", 4096, 16, "fp8_ds_mla", n_rows=32768),
+    Workload("prefill", 4096, 16, "fp8_ds_mla", n_rows=32768), Workload("prefill", 4096, 8, "fp8_ds_mla", n_rows=32768),
     Workload("prefill", 4096, 32, "bf16", n_rows=32768),
     Workload("prefill", 4096, 16, "fp8_ds_mla"),  # 1M rows: the few-head tile in the kernel
     Workload("decode", 128, 8, "fp8_ds_mla", lengths="random"),

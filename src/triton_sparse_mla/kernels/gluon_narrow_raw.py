@@ -40,7 +40,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from . import gluon_narrow
 from .gluon_fp8_producer import PRODUCER_REGS_NARROW, _copy_latent, _copy_rope
-from .gluon_sm90 import (GATHER_W4, ROPE_W4, SMEM, _NOT_SPECIALIZED, _barrier, _latent_ring, _pass_ids, _q_values,
+from .gluon_sm90 import (FLAT, GATHER_W4, ROPE_W4, SMEM, _NOT_SPECIALIZED, _barrier, _latent_ring, _pass_ids, _q_values,
                          _row_ids, _split_range, _tile_origin)
 
 # e4m3 tiles as the fp8 wgmma reads them: 128 bytes per row, 128-byte swizzle
@@ -60,20 +60,21 @@ def _cvt_raw(PW):
 
 
 @gluon.jit
-def _pass_scales(kv_ptr, ids, n_rows, stride_kv, LAT: gl.constexpr):
-    """The four fp32 scales of rows ``ids`` ([ROWS, PASSES] of a step, as ``_pass_ids``), in
-    registers: four tensors like ``ids`` (0 for invalid ids)."""
-    p_sc = (kv_ptr + ids.to(gl.int64) * stride_kv + 4 * LAT).to(gl.pointer_type(gl.float32))
-    m = (ids >= 0) & (ids < n_rows)
-    return (gl.load(p_sc, mask=m, other=0.0), gl.load(p_sc + 1, mask=m, other=0.0),
-            gl.load(p_sc + 2, mask=m, other=0.0), gl.load(p_sc + 3, mask=m, other=0.0))
+def _copy_scales(sc, kv_ptr, ids, n_rows, stride_kv, LAT: gl.constexpr, SC4: gl.constexpr):
+    """The asynchronous copies of rows ``ids``' four fp32 scales into ``sc`` ([ROWS, 4]), 16
+    bytes per row; invalid ids zero-filled."""
+    ids_s = gl.convert_layout(ids, gl.SliceLayout(1, SC4), assert_trivial=True)
+    p_sc = (kv_ptr + ids_s.to(gl.int64) * stride_kv + 4 * LAT).to(gl.pointer_type(gl.float32))
+    o_s = gl.arange(0, 4, layout=gl.SliceLayout(0, SC4))
+    async_copy.async_copy_global_to_shared(sc, p_sc[:, None] + o_s[None, :],
+                                           mask=((ids_s >= 0) & (ids_s < n_rows))[:, None])
 
 
 @gluon.jit
-def _pass_column(b, j: gl.constexpr, LAYOUT: gl.constexpr):
-    """Column ``j`` of ``b`` [ROWS, PASSES] (in-thread), in LAYOUT's row slice."""
-    o_j = gl.arange(0, b.shape[1], layout=gl.SliceLayout(0, b.type.layout))
-    col = gl.sum(gl.where(o_j[None, :] == j, b, 0.0), axis=1)
+def _scale_column(b_sc4, c: gl.constexpr, LAYOUT: gl.constexpr):
+    """Column ``c`` of the rows' scales ``b_sc4`` [ROWS, 4] (in-thread), in LAYOUT's row slice."""
+    o_c = gl.arange(0, 4, layout=gl.SliceLayout(0, b_sc4.type.layout))
+    col = gl.sum(gl.where(o_c[None, :] == c, b_sc4, 0.0), axis=1)
     return gl.convert_layout(col, gl.SliceLayout(1, LAYOUT), assert_trivial=True)
 
 
@@ -91,7 +92,7 @@ def _convert_group(raw, k, b_sc, CVT: gl.constexpr, F16: gl.constexpr):
 
 @gluon.jit
 def _raw_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, r_s0, r_s1, r_s2, r_s3, k_s0,
-                  k_s1, k_s2, k_s3, kp_smem, landed, ready, free, BLOCK_N: gl.constexpr, NS: gl.constexpr,
+                  k_s1, k_s2, k_s3, kp_smem, sc_smem, landed, ready, free, BLOCK_N: gl.constexpr, NS: gl.constexpr,
                   PW: gl.constexpr, F16: gl.constexpr):
     """The ``PW`` producer warps: for each step, once the consumers freed its slot, the tile's
     copies in passes of ``4 * PW`` rows (raw bytes into ``r_s*``, rope into ``kp_smem``; each
@@ -104,8 +105,10 @@ def _raw_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, r_s
     CVT: gl.constexpr = _cvt_raw(PW)
     ROWS: gl.constexpr = 4 * PW
     PASSES: gl.constexpr = BLOCK_N // ROWS
+    SC4: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [PW, 1], [1, 0])
+    # the scales in the conversion's rows (4 per row, replicated along the row's threads)
+    SC_CVT: gl.constexpr = gl.BlockedLayout([1, 4], [2, 16], [PW, 1], [1, 0])
     ids = _pass_ids(p_idx, n_start, n_end, ROWS, PASSES, RAWP)
-    ids_c = _pass_ids(p_idx, n_start, n_end, ROWS, PASSES, CVT)  # (the same ids, for the scales)
     o_j = gl.arange(0, PASSES, layout=gl.SliceLayout(0, RAWP))
     for i in range(n_steps):
         slot = i % NS
@@ -117,20 +120,20 @@ def _raw_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, r_s
                          r_s2.index(slot).slice(j * ROWS, ROWS), r_s3.index(slot).slice(j * ROWS, ROWS),
                          kv_ptr, b_idx, n_rows, stride_kv, RAWP)
             _copy_rope(kp_smem.index(slot).slice(j * ROWS, ROWS), kv_ptr, b_idx, n_rows, stride_kv, LAT, ROPEP)
+            _copy_scales(sc_smem.index(slot).slice(j * ROWS, ROWS), kv_ptr, b_idx, n_rows, stride_kv, LAT, SC4)
             async_copy.mbarrier_arrive(landed.index(slot * PASSES + j), increment_count=False)
-        sc0, sc1, sc2, sc3 = _pass_scales(kv_ptr, ids_c, n_rows, stride_kv, LAT)
         ids = _pass_ids(p_idx, n_start + (i + 1) * BLOCK_N, n_end, ROWS, PASSES, RAWP)
-        ids_c = _pass_ids(p_idx, n_start + (i + 1) * BLOCK_N, n_end, ROWS, PASSES, CVT)
         for j in gl.static_range(PASSES):
             mbarrier.wait(landed.index(slot * PASSES + j), phase)
+            b_sc4 = sc_smem.index(slot).slice(j * ROWS, ROWS).load(SC_CVT)  # [ROWS, 4]
             _convert_group(r_s0.index(slot).slice(j * ROWS, ROWS), k_s0.index(slot).slice(j * ROWS, ROWS),
-                           _pass_column(sc0, j, CVT), CVT, F16)
+                           _scale_column(b_sc4, 0, CVT), CVT, F16)
             _convert_group(r_s1.index(slot).slice(j * ROWS, ROWS), k_s1.index(slot).slice(j * ROWS, ROWS),
-                           _pass_column(sc1, j, CVT), CVT, F16)
+                           _scale_column(b_sc4, 1, CVT), CVT, F16)
             _convert_group(r_s2.index(slot).slice(j * ROWS, ROWS), k_s2.index(slot).slice(j * ROWS, ROWS),
-                           _pass_column(sc2, j, CVT), CVT, F16)
+                           _scale_column(b_sc4, 2, CVT), CVT, F16)
             _convert_group(r_s3.index(slot).slice(j * ROWS, ROWS), k_s3.index(slot).slice(j * ROWS, ROWS),
-                           _pass_column(sc3, j, CVT), CVT, F16)
+                           _scale_column(b_sc4, 3, CVT), CVT, F16)
         # this thread's stores (generic proxy) before the PV dots' reads
         fence_async_shared()
         mbarrier.arrive(ready.index(slot), count=1)
@@ -159,7 +162,7 @@ def _group_scores(a, b_sc, T_L: gl.constexpr):
 
 @gluon.jit
 def _raw_consumer(q8_s0, q8_s1, q8_s2, q8_s3, q_sp, r_s0, r_s1, r_s2, r_s3, k_s0, k_s1, k_s2, k_s3, kp_smem,
-                  landed, ready, free, kv_ptr, stride_kv, p_idx, n_start, n_end, n_steps, n_rows, qk_scale,
+                  sc_smem, landed, ready, free, kv_ptr, stride_kv, p_idx, n_start, n_end, n_steps, n_rows, qk_scale,
                   q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h,
                   BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, LAT: gl.constexpr, NS: gl.constexpr,
                   PASSES: gl.constexpr, p_smem):
@@ -201,18 +204,13 @@ def _raw_consumer(q8_s0, q8_s1, q8_s2, q8_s3, q_sp, r_s0, r_s1, r_s2, r_s3, k_s0
     s_zero = gl.zeros([BLOCK_N, BLOCK_H], gl.float32, layout=T_L)
     a_zero = gl.zeros([BLOCK_N, 2 * BLOCK_H], gl.float32, layout=A_L)
     ROWS_L: gl.constexpr = gl.SliceLayout(1, T_L)
+    SC_T: gl.constexpr = gl.BlockedLayout([1, 4], [32, 1], [4, 1], [1, 0])  # (one row per thread)
     for i in range(n_steps):
         slot = i % NS
         phase = (i // NS) & 1
         # the rows' ids and scales (global memory; the producer loaded both: L1 hits) before
         # the wait, off the scores' path
         b_idx = _row_ids(p_idx, n_start + i * BLOCK_N, n_end, ROWS_L, BLOCK_N)
-        m_n = (b_idx >= 0) & (b_idx < n_rows)
-        p_sc = (kv_ptr + b_idx.to(gl.int64) * stride_kv + 4 * LAT).to(gl.pointer_type(gl.float32))
-        b_sc0 = gl.load(p_sc, mask=m_n, other=0.0)
-        b_sc1 = gl.load(p_sc + 1, mask=m_n, other=0.0)
-        b_sc2 = gl.load(p_sc + 2, mask=m_n, other=0.0)
-        b_sc3 = gl.load(p_sc + 3, mask=m_n, other=0.0)
         for j in gl.static_range(PASSES):
             mbarrier.wait(landed.index(slot * PASSES + j), phase)
         fence_async_shared()  # the copies' writes (generic proxy) before the wgmma's reads
@@ -225,7 +223,12 @@ def _raw_consumer(q8_s0, q8_s1, q8_s2, q8_s3, q_sp, r_s0, r_s1, r_s2, r_s3, k_s0
         a3 = warpgroup_mma(r_s3.index(slot)._reinterpret(gl.float8e4nv, [BLOCK_N, LAT], E8),
                            q8_s3.permute((1, 0)), a_zero, use_acc=False, is_async=True)
         s = warpgroup_mma(kp_smem.index(slot), q_sp.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        b_sc4 = sc_smem.index(slot).load(SC_T)  # [BLOCK_N, 4], the rows' scales (while the dots run)
         a0, a1, a2, a3, s = warpgroup_mma_wait(0, deps=[a0, a1, a2, a3, s])
+        b_sc0 = gl.convert_layout(_scale_column(b_sc4, 0, SC_T), ROWS_L)
+        b_sc1 = gl.convert_layout(_scale_column(b_sc4, 1, SC_T), ROWS_L)
+        b_sc2 = gl.convert_layout(_scale_column(b_sc4, 2, SC_T), ROWS_L)
+        b_sc3 = gl.convert_layout(_scale_column(b_sc4, 3, SC_T), ROWS_L)
         s_lat = (_group_scores(a0, b_sc0, T_L) + _group_scores(a1, b_sc1, T_L) +
                  _group_scores(a2, b_sc2, T_L) + _group_scores(a3, b_sc3, T_L))
         s = s_lat * b_inv_s + s
@@ -271,6 +274,7 @@ def sparse_mla_gluon_narrow_raw_kernel(
     k_s0, k_s1, k_s2, k_s3, kp_smem = _latent_ring(v_t, gl.bfloat16, BLOCK_N, LAT, D_PE, NS)
     PASSES: gl.constexpr = BLOCK_N // (4 * PW)
     p_smem = gluon_narrow.narrow_p_tile(v_t, BLOCK_N, BLOCK_H)
+    sc_smem = gl.allocate_shared_memory(gl.float32, [NS, BLOCK_N, 4], FLAT)
     landed = gl.allocate_shared_memory(gl.int64, [NS * PASSES, 1], mbarrier.MBarrierLayout())
     ready = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
     free = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
@@ -287,11 +291,11 @@ def sparse_mla_gluon_narrow_raw_kernel(
     p_idx = idx_ptr + i_t * stride_idx_t
     acc0, acc1, acc2, acc3, b_m, b_l2 = gl.warp_specialize(
         [(_raw_consumer, (q8_s0, q8_s1, q8_s2, q8_s3, q_sp, r_s0, r_s1, r_s2, r_s3, k_s0, k_s1, k_s2, k_s3,
-                          kp_smem, landed, ready, free, kv_ptr, stride_kv, p_idx, n_start, n_end, n_steps,
+                          kp_smem, sc_smem, landed, ready, free, kv_ptr, stride_kv, p_idx, n_start, n_end, n_steps,
                           n_rows, qk_scale, q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t, stride_qn_h,
                           stride_qp_t, stride_qp_h, BLOCK_H, BLOCK_N, LAT, NS, PASSES, p_smem)),
          (_raw_producer, (kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, r_s0, r_s1, r_s2, r_s3,
-                          k_s0, k_s1, k_s2, k_s3, kp_smem, landed, ready, free, BLOCK_N, NS, PW, F16))],
+                          k_s0, k_s1, k_s2, k_s3, kp_smem, sc_smem, landed, ready, free, BLOCK_N, NS, PW, F16))],
         [PW], [PRODUCER_REGS_NARROW])
     gluon_narrow.narrow_epilogue(acc0, acc1, acc2, acc3, b_m, b_l2, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0,
                                  n_heads, stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,

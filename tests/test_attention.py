@@ -263,18 +263,15 @@ NARROW_CASES = [
 @_SM90_ONLY
 @pytest.mark.parametrize("block_h,f16,extra", [
     (8, True, {}), (16, True, {}), (16, False, {}), (32, True, {}), (16, True, {"wide_producer": True}),
-    (32, True, {"wide_producer": True}), (32, False, {"wide_producer": True}), (8, True, {"raw_scores": True}),
-    (8, False, {"raw_scores": True}), (8, True, {"raw_scores": True, "wide_producer": True})],
+    (32, True, {"wide_producer": True}), (32, False, {"wide_producer": True})],
     ids=["8 heads", "16 heads", "16 heads bf16 operands", "32 heads", "16 heads 8 producer warps", "32 heads 8 producer warps",
-         "32 heads 8 producer warps bf16 operands", "8 heads raw scores", "8 heads raw scores bf16 operands",
-         "8 heads raw scores 8 producer warps"])
+         "32 heads 8 producer warps bf16 operands"])
 @pytest.mark.parametrize("p", NARROW_CASES)
 def test_gluon_narrow(p, block_h, f16, extra, device):
     """The few-head Gluon tile over fp8_ds_mla rows (kernels/gluon_narrow.py: rows along the
     wgmma's M, heads along N, the rows gathered and dequantized by the 4 or 8 producer warps of
-    kernels/gluon_fp8_producer.py; with raw_scores kernels/gluon_narrow_raw.py, the score dots
-    on the raw e4m3 rows) matches the reference, split and not, into fp16 operands (also for a
-    q past fp16's range) and bf16 ones."""
+    kernels/gluon_fp8_producer.py) matches the reference, split and not, into fp16 operands
+    (also for a q past fp16's range) and bf16 ones."""
     tile = configs.TileConfig(block_h, 64, 4, 2, gluon=True, producer_warp=True, fp8_f16=f16, **extra)
     if f16:
         _check_gluon(p, tile, device, q_gain=1e5)

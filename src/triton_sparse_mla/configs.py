@@ -110,11 +110,6 @@ class TileConfig:
     # 2026-12-03, run 153; BENCHMARKS.md "The alternate-tile kernel shipped");
     # shipped (sm90's _G64).
     pingpong: bool = False
-    # With ``gluon`` and ``producer_warp``, fp8_ds_mla rows, up to 8 heads: the score dots on
-    # the raw e4m3 bytes as they land, q in two e4m3 parts per head, the producer converting
-    # the bytes into a V ring of their own for the PV dots (kernels/gluon_narrow_raw.py).
-    # bf16/fp16 rows ignore it. Experimental: on in no table.
-    raw_scores: bool = False
     # With ``gluon``: the Triton tile a call runs where the Gluon kernel does not apply
     # (``without_gluon``; the planner decides it per call, kernels.attention.gluon_applies).
     # None: the same shape with the Gluon-only fields off.
@@ -128,8 +123,7 @@ class TileConfig:
         if self.fallback is not None:
             return self.fallback
         return dataclasses.replace(self, gluon=False, producer_warp=False, qk_ahead=False,
-                                   wide_producer=False, pingpong=False, raw_scores=False,
-                                   fp8_f16=self.triton_fp8_f16)
+                                   wide_producer=False, pingpong=False, fp8_f16=self.triton_fp8_f16)
 
     @property
     def triton_fp8_f16(self) -> bool:
@@ -160,10 +154,6 @@ class TileConfig:
         if self.pingpong and self.qk_ahead:
             raise ValueError("pingpong: the alternate-tile Gluon kernel has no qk_ahead; unset "
                              "one of them")
-        if self.raw_scores and not (self.gluon and self.producer_warp and self.block_h <= 8):
-            raise ValueError(f"raw_scores: only the few-head Gluon tile of 8 heads scores the raw rows "
-                             f"(16 heads need 1.4 KB more shared memory than sm90 has); set gluon and "
-                             f"producer_warp, with block_h 8, got {self.block_h}")
         if self.fallback is not None and (self.fallback.gluon or not self.gluon):
             raise ValueError("fallback: a Triton tile (gluon off) for a tile with gluon")
         if self.qk_ahead and not self.producer_warp:

@@ -114,53 +114,41 @@ def _raw_half(k_s, slot, SWAP: gl.constexpr = False):
 
 
 @gluon.jit
-def _copy_latent(raw0, raw1, raw2, raw3, kv_ptr, ids, n_rows, stride_kv, RAWP: gl.constexpr):
-    """The asynchronous copies of fp8_ds_mla rows ``ids`` ([ROWS] in RAWP's row slice): the
-    four 128-byte groups of each row's e4m3 bytes into ``raw0..raw3`` ([ROWS, LAT] uint8), one
-    16-byte copy per thread and tile. Invalid ids (-1 past the end) are zero-filled."""
-    LAT: gl.constexpr = raw0.shape[1]
-    m_r = ((ids >= 0) & (ids < n_rows))[:, None]
-    p_row = kv_ptr + ids.to(gl.int64) * stride_kv
-    ptrs = p_row[:, None] + gl.arange(0, LAT, layout=gl.SliceLayout(0, RAWP))[None, :]
-    async_copy.async_copy_global_to_shared(raw0, ptrs, mask=m_r)
-    async_copy.async_copy_global_to_shared(raw1, ptrs + LAT, mask=m_r)
-    async_copy.async_copy_global_to_shared(raw2, ptrs + 2 * LAT, mask=m_r)
-    async_copy.async_copy_global_to_shared(raw3, ptrs + 3 * LAT, mask=m_r)
-
-
-@gluon.jit
-def _copy_rope(kp, kv_ptr, ids, n_rows, stride_kv, LAT: gl.constexpr, ROPEP: gl.constexpr):
-    """The asynchronous copies of rows ``ids``' bf16 rope into ``kp`` ([ROWS, D_PE]); invalid
-    ids zero-filled."""
-    D_PE: gl.constexpr = kp.shape[1]
-    ids_p = gl.convert_layout(ids, gl.SliceLayout(1, ROPEP), assert_trivial=True)
-    # formats.FP8_ROPE_BYTE: the rope after 512 e4m3 bytes and 16 bytes of scales
-    p_pe = (kv_ptr + ids_p.to(gl.int64) * stride_kv + 4 * LAT + 16).to(gl.pointer_type(gl.bfloat16))
-    o_p = gl.arange(0, D_PE, layout=gl.SliceLayout(0, ROPEP))
-    async_copy.async_copy_global_to_shared(kp, p_pe[:, None] + o_p[None, :],
-                                           mask=((ids_p >= 0) & (ids_p < n_rows))[:, None])
-
-
-@gluon.jit
 def _copy_pass(k_s0, k_s1, k_s2, k_s3, kp_smem, sc_smem, kv_ptr, ids, n_rows, stride_kv, slot,
                row0: gl.constexpr, RAWP: gl.constexpr, ROPEP: gl.constexpr, SC4: gl.constexpr,
                SWAP: gl.constexpr = False):
     """The asynchronous copies of one pass of fp8_ds_mla rows ``ids`` ([ROWS] in RAWP's row
     slice) into rows ``row0 : row0 + ROWS`` of ring slot ``slot``: each latent tile's e4m3
-    bytes into its second half (:func:`_copy_latent`), each row's 4 fp32 scales into
-    ``sc_smem`` ([NS, BLOCK_N, 4]), the bf16 rope into the rope tile (:func:`_copy_rope`)."""
+    bytes into its second half, each row's 4 fp32 scales into ``sc_smem`` ([NS, BLOCK_N, 4]),
+    the bf16 rope into the rope tile; one 16-byte copy per thread and tile. Invalid ids (-1
+    past the end) are zero-filled."""
     ROWS: gl.constexpr = ids.shape[0]
     LAT: gl.constexpr = k_s0.shape[2]
-    _copy_latent(_raw_half(k_s0, slot, SWAP).slice(row0, ROWS), _raw_half(k_s1, slot, SWAP).slice(row0, ROWS),
-                 _raw_half(k_s2, slot, SWAP).slice(row0, ROWS), _raw_half(k_s3, slot, SWAP).slice(row0, ROWS),
-                 kv_ptr, ids, n_rows, stride_kv, RAWP)
+    D_PE: gl.constexpr = kp_smem.shape[2]
+    m_r = ((ids >= 0) & (ids < n_rows))[:, None]
+    p_row = kv_ptr + ids.to(gl.int64) * stride_kv
+    ptrs = p_row[:, None] + gl.arange(0, LAT, layout=gl.SliceLayout(0, RAWP))[None, :]
+    async_copy.async_copy_global_to_shared(_raw_half(k_s0, slot, SWAP).slice(row0, ROWS), ptrs,
+                                           mask=m_r)
+    async_copy.async_copy_global_to_shared(_raw_half(k_s1, slot, SWAP).slice(row0, ROWS), ptrs + LAT,
+                                           mask=m_r)
+    async_copy.async_copy_global_to_shared(_raw_half(k_s2, slot, SWAP).slice(row0, ROWS), ptrs + 2 * LAT,
+                                           mask=m_r)
+    async_copy.async_copy_global_to_shared(_raw_half(k_s3, slot, SWAP).slice(row0, ROWS), ptrs + 3 * LAT,
+                                           mask=m_r)
     ids_s = gl.convert_layout(ids, gl.SliceLayout(1, SC4), assert_trivial=True)
     p_sc = (kv_ptr + ids_s.to(gl.int64) * stride_kv + 4 * LAT).to(gl.pointer_type(gl.float32))
     o_s = gl.arange(0, 4, layout=gl.SliceLayout(0, SC4))
     async_copy.async_copy_global_to_shared(sc_smem.index(slot).slice(row0, ROWS),
                                            p_sc[:, None] + o_s[None, :],
                                            mask=((ids_s >= 0) & (ids_s < n_rows))[:, None])
-    _copy_rope(kp_smem.index(slot).slice(row0, ROWS), kv_ptr, ids, n_rows, stride_kv, LAT, ROPEP)
+    ids_p = gl.convert_layout(ids, gl.SliceLayout(1, ROPEP), assert_trivial=True)
+    # formats.FP8_ROPE_BYTE: the rope after 512 e4m3 bytes and 16 bytes of scales
+    p_pe = (kv_ptr + ids_p.to(gl.int64) * stride_kv + 4 * LAT + 16).to(gl.pointer_type(gl.bfloat16))
+    o_p = gl.arange(0, D_PE, layout=gl.SliceLayout(0, ROPEP))
+    async_copy.async_copy_global_to_shared(kp_smem.index(slot).slice(row0, ROWS),
+                                           p_pe[:, None] + o_p[None, :],
+                                           mask=((ids_p >= 0) & (ids_p < n_rows))[:, None])
 
 
 @gluon.jit

@@ -43,18 +43,13 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 from .gluon_sm90 import GATHER_W4, ROPE_W4, SMEM, _barrier, _lse_and_scale, _q_values, _row_ids
 
 
-@gluon.constexpr_function
-def narrow_p_layout(BLOCK_H):
-    """P^T's shared layout ([BLOCK_N, BLOCK_H] of a 16-bit type, heads contiguous): swizzled
-    across its 2 x BLOCK_H bytes per row, unswizzled below 16 heads (16-byte rows)."""
-    return gl.NVMMASharedLayout(swizzle_byte_width=2 * BLOCK_H if BLOCK_H >= 16 else 0, element_bitwidth=16,
-                                rank=2)
-
-
 @gluon.jit
 def narrow_p_tile(dtype: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_H: gl.constexpr):
     """P^T's shared memory: [BLOCK_N, BLOCK_H] of ``dtype`` (16-bit), heads contiguous."""
-    return gl.allocate_shared_memory(dtype, [BLOCK_N, BLOCK_H], narrow_p_layout(BLOCK_H))
+    return gl.allocate_shared_memory(
+        dtype, [BLOCK_N, BLOCK_H],
+        gl.NVMMASharedLayout(swizzle_byte_width=2 * BLOCK_H if BLOCK_H >= 16 else 0, element_bitwidth=16,
+                             rank=2))
 
 
 @gluon.jit

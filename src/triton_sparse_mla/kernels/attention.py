@@ -449,10 +449,13 @@ def launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_
     interpret = os.environ.get("TRITON_INTERPRET") == "1"
     d_pe = 0 if q_pe is None else q_pe.shape[2]
     gluon = gluon_kernels(tile, q_nope, kv, d_pe, fp8, interpret)
-    if gluon is None and tile.block_h < 16:
-        # a few-head Gluon tile's fields where Gluon does not run (a plan made for another
-        # device): this module's kernel, whose tl.dot needs 16 heads
-        tile = dataclasses.replace(tile, block_h=16)
+    if gluon is None and tile.gluon:
+        # a Gluon tile where Gluon does not run (a plan made for another device): its Triton
+        # tile, as the planner would have chosen (configs.TileConfig.without_gluon), with the
+        # 16 heads this module's tl.dot needs
+        tile = tile.without_gluon()
+        if tile.block_h < 16:
+            tile = dataclasses.replace(tile, block_h=16)
     block_h, block_n = tile.block_h, tile.block_n
     exchange_p = tile.scratch_exchange
     t_count, h_count, _ = q_nope.shape

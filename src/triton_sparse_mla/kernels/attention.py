@@ -375,7 +375,8 @@ def operand_dtype(q_dtype, fp8_f16: bool):
 
 def gluon_kernels(tile, q_nope, kv, d_pe: int, fp8: bool, interpret: bool):
     """kernels/gluon_sm90.py where it runs this call with this tile, else None (this module's
-    kernel then runs the tile's fields): for a tile with ``gluon`` where :func:`gluon_applies`."""
+    kernel then runs the tile, or for a tile with ``gluon`` its ``without_gluon`` tile): for a
+    tile with ``gluon`` where :func:`gluon_applies`."""
     if not tile.gluon:
         return None
     return gluon_module() if gluon_applies(q_nope, kv, d_pe, fp8, interpret) else None

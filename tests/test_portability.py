@@ -239,10 +239,10 @@ json.dump(out, open(sys.argv[1], "w"))
 def test_gluon_narrow_kernel_compiles(tmp_path):
     """The few-head Gluon tile over fp8_ds_mla rows (kernels/gluon_narrow.py), 8 and 16 heads
     into fp16 operands, 16 into bf16 ones and 32 heads, final and partial outputs, compiles
-    with this Triton for sm90: within its shared memory, launched with one consumer warpgroup, every dot with
-    the heads along N (per 64-row step 36 score dots over 576 columns and 32 PV dots, 4 output
-    tiles of 128 rows x 4 steps of 16 rows), two waits (one per group), and the consumers and
-    the producer's 4 warps within the register file."""
+    with this Triton for sm90: within its shared memory, launched with one consumer
+    warpgroup, every dot with the heads along N (per 64-row step 36 score dots over 576
+    columns and 32 PV dots, 4 output tiles of 128 rows x 4 steps of 16 rows), two waits (one
+    per group), and the consumers and the producer's 4 warps within the register file."""
     counts = _probe(_NARROW_PROBE, tmp_path)
     assert len(counts) == 8, counts
     for variant, c in counts.items():

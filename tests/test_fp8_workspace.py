@@ -67,6 +67,35 @@ def test_workspace_holds_each_distinct_row_once(device):
     assert torch.equal(ws.cpu()[new_idx[counted]], want)
 
 
+@pytest.mark.parametrize("p", CASES[:2], ids=["partial", "sink"])
+def test_rows_kept_at_their_ids(p, device, monkeypatch):
+    """Where the slots are the whole cache and converting it costs less than remapping, each row
+    is converted to the slot of its own id and the indices are kept; the result is the same, bit
+    for bit, as through the remapped workspace."""
+    prob = make_problem(fmt="fp8_ds_mla", device=device, **p)
+    monkeypatch.setattr(workspace, "ENTRY_BYTES", 0)  # remap
+    remapped, remapped_lse = _call(prob, fp8_workspace=True)
+    monkeypatch.setattr(workspace, "ENTRY_BYTES", 1 << 20)  # keep the ids
+    ws, new_idx = workspace.build(prob.kv, prob.indices, prob.topk_length, 0, force=True)
+    assert new_idx is prob.indices
+    # (every row, those no entry names too: the problem poisons them, NaN either way)
+    torch.testing.assert_close(ws.cpu(), _bf16_rows(prob.kv).cpu(), rtol=0, atol=0, equal_nan=True)
+    out, lse = _call(prob, fp8_workspace=True)
+    assert torch.equal(out, remapped) and torch.equal(lse, remapped_lse)
+    ref_out, ref_lse = sparse_mla_reference(prob.q, prob.kv, prob.indices, prob.sm_scale,
+                                            topk_length=prob.topk_length, attn_sink=prob.attn_sink)
+    assert_close(out, lse, ref_out, ref_lse, rtol_norm=3e-2)
+
+
+def test_ids_kept_only_where_converting_the_cache_pays(device):
+    # 8 x 64 entries: remapping them (ENTRY_BYTES each) is worth converting 9 rows, not 10.
+    for n, kept in ((9, True), (10, False)):
+        prob = make_problem(t=8, h=8, k=64, n=n, fmt="fp8_ds_mla", device=device, invalid_frac=0)
+        assert workspace._keeps_ids(n, 8 * 64) == kept
+        ws, new_idx = workspace.build(prob.kv, prob.indices, None, 0, force=True)
+        assert ws.shape[0] == n and (new_idx is prob.indices) == kept
+
+
 def test_little_reuse_keeps_the_in_kernel_conversion(device):
     # 4 x 64 entries over 10000 rows: about one entry per distinct row.
     prob = make_problem(t=4, h=8, k=64, n=10000, fmt="fp8_ds_mla", device=device, invalid_frac=0)

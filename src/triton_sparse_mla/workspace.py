@@ -9,16 +9,18 @@ bf16 tiles run (measured: BENCHMARKS.md, "fp8_ds_mla prefill through a workspace
 The workspace has one slot per distinct row, ``R x 1152`` bytes (plus 8 bytes per cache row and
 4 per index entry while it is built), at most :data:`MAX_BYTES`. ``R`` is taken from the shapes
 when ``min(N, T x K)`` slots take at most :data:`SHAPE_MAX_BYTES`: then nothing waits for the
-device and a CUDA graph can capture the call. Otherwise (a large cache, as vLLM's, which holds
-every request's rows) the distinct rows are counted and the count read on the host, so the
-workspace takes only what the call reads; that is never done while a graph is captured. The
-rows of the first tokens are counted first (:data:`HEAD_FACTOR`): when they alone are more than
-the workspace pays for, the call keeps the in-kernel conversion without marking the rest. A call
-whose rows are reused fewer than :func:`min_reuse` times, or whose distinct rows do not fit,
-keeps the in-kernel conversion, and so do calls of fewer than :data:`MIN_TOKENS` query tokens
-(decode), so decode stays as it was. Only for a bf16 query: the workspace holds the dequantized
-values in q's dtype, and fp16 cannot hold every value an fp8_ds_mla row with a large scale
-encodes.
+device and a CUDA graph can capture the call; and where those slots are the whole cache (N rows)
+and the index entries are many (:data:`ENTRY_BYTES`), every row is converted to the slot of its
+own id and the indices are kept, without the passes that find the distinct rows. Otherwise (a
+large cache, as vLLM's, which holds every request's rows) the distinct rows are counted and the
+count read on the host, so the workspace takes only what the call reads; that is never done
+while a graph is captured. The rows of the first tokens are counted first (:data:`HEAD_FACTOR`):
+when they alone are more than the workspace pays for, the call keeps the in-kernel conversion
+without marking the rest. A call whose rows are reused fewer than :func:`min_reuse` times, or
+whose distinct rows do not fit, keeps the in-kernel conversion, and so do calls of fewer than
+:data:`MIN_TOKENS` query tokens (decode), so decode stays as it was. Only for a bf16 query: the
+workspace holds the dequantized values in q's dtype, and fp16 cannot hold every value an
+fp8_ds_mla row with a large scale encodes.
 
 Results equal, bit for bit, the bf16 kernel run on ``dequantize_fp8_ds_mla(kv).bfloat16()``
 (the same values, gathered in the same order).
@@ -28,7 +30,7 @@ from __future__ import annotations
 
 import torch
 
-from .formats import D_NOPE, D_ROPE
+from .formats import D_NOPE, D_ROPE, FP8_ROW_BYTES
 from .hostmath import cdiv
 from .kernels.dedup import mark_rows_kernel, remap_kernel, upconvert_kernel
 
@@ -41,22 +43,22 @@ MIN_TOKENS = 1024
 # each entry. 8 is the least reuse measured (H200, T=4096 over 1M rows: 1.03-1.23x faster);
 # prefill inside one request's context reuses each row 100 times or more.
 MIN_REUSE = 8
-# Where sm90's Gluon tiles convert in the kernel (kernels.attention.gluon_applies), the workspace
-# pays only at a higher reuse, by head count (at most that many heads, then the reuse; None:
-# never): T=4096 and 16384 over caches of 32K rows (reuse 256, 1024), 1M rows (8) and 1M rows
-# read inside a 64K window (128). With 8-16 heads (the few-head tile) the in-kernel path is
-# 1.33x faster at reuse 8, 1.01x at 128, and the workspace 1.01-1.05x faster at 256, 1.13x at
-# 1024; with 32 heads, since the workspace's bf16 rows run the 64-head tile (configs._G64_32),
-# the workspace is 1.05x faster at 256 and 1.06x at 1024, the in-kernel path 1.03x at 128 and
-# 1.25x at 8 (H200, 2026-12-03, run 170; before, with the 32x64 Triton tile, the in-kernel path
-# won at every reuse, run 119); with 64 heads (the dequantizing producer) 1.18x at 8,
-# a tie at 128, the workspace 1.05x faster at 256 and 1.08x at 1024; with 128 heads the
-# workspace 1.01-1.09x faster everywhere (H200, 2026-12-02, runs 118-119, BENCHMARKS.md
-# "fp8_ds_mla rows: what their alignment costs, and prefill in the kernel"). With up to 8
-# heads (the 8-head tile, configs._N8) the in-kernel path wins at every reuse measured: 1.09x at
-# 256, 1.015x at 1024, 1.11x at 128 and 1.40x at 8, so the rows are never counted there (the
-# count cost 84-208 us of a T=4096 call: H200, 2026-12-04, runs 185-186).
-MIN_REUSE_GLUON = ((8, None), (16, 256), (32, 256), (64, 256), (None, MIN_REUSE))
+# Where sm90's Gluon tiles convert in the kernel (kernels.attention.gluon_applies) and the rows
+# must be found (not kept at their ids, ENTRY_BYTES), the workspace pays only at a higher reuse,
+# by head count (at most that many heads, then the reuse; None: never): T=4096 and 16384 over
+# caches of 32K rows (reuse 256, 1024), 1M rows (8) and 1M rows read inside a 64K window (128).
+# With 8-16 heads (the few-head tiles; the workspace's bf16 rows run the few-head bf16 tile)
+# the rows counted on the host: the in-kernel path 1.03-1.05x faster at reuse 256, the
+# workspace 1.03x faster and 1.015x slower at 128, 1.13-1.14x faster at 1024, 1.43-1.44x slower at 8;
+# a count that finds too many rows costs 100-230 us of a 2 ms call (H200, 2026-12-04, run 207).
+# With 32 heads, since the workspace's bf16 rows run the 64-head tile (configs._G64_32), the
+# workspace is 1.05x faster at 256 and 1.06x at 1024, the in-kernel path 1.03x at 128 and 1.25x
+# at 8 (H200, 2026-12-03, run 170; before, with the 32x64 Triton tile, the in-kernel path won at
+# every reuse, run 119); with 64 heads (the dequantizing producer) 1.18x at 8, a tie at 128, the
+# workspace 1.05x faster at 256 and 1.08x at 1024; with 128 heads the workspace 1.01-1.09x
+# faster everywhere (H200, 2026-12-02, runs 118-119, BENCHMARKS.md "fp8_ds_mla rows: what their
+# alignment costs, and prefill in the kernel").
+MIN_REUSE_GLUON = ((16, 1024), (64, 256), (None, MIN_REUSE))
 # Largest workspace (bytes of dequantized rows) a call may allocate.
 MAX_BYTES = 2 << 30
 # Largest workspace sized from the shapes alone (min(N, T x K) slots, counted rows or not): a
@@ -73,6 +75,14 @@ SHAPE_MAX_BYTES = 256 << 20
 # host read, during which the device waits through the rest of the call's host work).
 HEAD_FACTOR = 4
 ROW_BYTES = (D_NOPE + D_ROPE) * 2  # one bf16 workspace row
+# Where the slots follow from the shapes and cover the whole cache (N <= T x K), the rows keep
+# their ids (every row converted, the indices unchanged) when converting them all moves no more
+# bytes than ENTRY_BYTES per index entry: the device cost of marking and remapping one entry,
+# counted in copy bytes (H200, run 50, T=4096 over 32K rows: the build took 92 us, of which
+# marking, prefix sum and remap about 75 us for 8.4M entries, the time 270 MB take at the
+# conversion's 3.6 TB/s). Marking and remapping also launch three kernels
+# more and allocate two int32 arrays (4 bytes per cache row and per entry).
+ENTRY_BYTES = 32
 _BLOCK_K = 256
 _BLOCK_R = 16
 
@@ -122,16 +132,23 @@ def build(kv: torch.Tensor, indices: torch.Tensor, topk_length, fp8_cvt: int, *,
         ``(workspace [R, 576] bf16, new_indices [T, K] int32)``, every valid entry rewritten as
         its row's slot in the workspace and every other entry -1 (slots past the distinct rows
         stay unwritten and unnamed), or None when the call should keep the in-kernel
-        conversion.
+        conversion. Where the slots follow from the shapes and cover the cache, and converting
+        it all costs less than remapping (:data:`ENTRY_BYTES`), the workspace holds every row
+        at its own id (R = N) and ``new_indices`` is ``indices`` itself.
 
     Raises:
         ValueError with ``force`` while a CUDA graph is captured, if the rows must be counted.
     """
-    if reuse is None and not force:
-        return None
     n_rows = kv.shape[0]
     t_count, topk = indices.shape
     entries = t_count * topk
+    if _keeps_ids(n_rows, entries):
+        # Every row converted to the slot of its own id, the indices kept: nothing marked,
+        # summed or remapped, nothing read back (at any ``reuse``: the rows are reused at least
+        # ROW_BYTES / ENTRY_BYTES times here, where the workspace beats every in-kernel path).
+        return _upconvert(kv, None, n_rows, fp8_cvt), indices
+    if reuse is None and not force:
+        return None
     device = kv.device
     bound = min(n_rows, entries)
     from_shapes = (_pays(entries, bound, SHAPE_MAX_BYTES, reuse) if not force
@@ -166,12 +183,27 @@ def build(kv: torch.Tensor, indices: torch.Tensor, topk_length, fp8_cvt: int, *,
     remap_kernel[(t_count, cdiv(topk, _BLOCK_K))](
         idx_ptr=indices, len_ptr=topk_length, pos_ptr=pos, new_idx_ptr=new_indices,
         stride_new_t=new_indices.stride(0), **common)
-    workspace = torch.empty(max(slots, 1), D_NOPE + D_ROPE, dtype=torch.bfloat16, device=device)
+    return _upconvert(kv, pos, slots, fp8_cvt), new_indices
+
+
+def _keeps_ids(n_rows: int, entries: int) -> bool:
+    """Whether a workspace of all ``n_rows`` cache rows, each at its own id, is sized from the
+    shapes and converting them costs no more than marking and remapping ``entries`` index
+    entries (which convert only the rows named)."""
+    return (n_rows * ROW_BYTES <= SHAPE_MAX_BYTES
+            and n_rows * (FP8_ROW_BYTES + ROW_BYTES) <= entries * ENTRY_BYTES)
+
+
+def _upconvert(kv, pos, slots: int, fp8_cvt: int):
+    """A ``[max(slots, 1), 576]`` bf16 workspace holding the rows of ``kv`` that ``pos`` marks
+    (every row at its own id where ``pos`` is None)."""
+    n_rows = kv.shape[0]
+    workspace = torch.empty(max(slots, 1), D_NOPE + D_ROPE, dtype=torch.bfloat16, device=kv.device)
     if n_rows > 0:
         upconvert_kernel[(cdiv(n_rows, _BLOCK_R),)](
             kv_ptr=kv, pos_ptr=pos, ws_ptr=workspace, n_rows=n_rows, stride_kv=kv.stride(0),
             stride_ws=workspace.stride(0), FP8_CVT=fp8_cvt, D_PE=D_ROPE, BLOCK_R=_BLOCK_R)
-    return workspace, new_indices
+    return workspace
 
 
 def _mark(mark, indices, topk_length, t_lo, t_hi, common):

@@ -115,7 +115,7 @@ def test_fp8_prefill_workspace_through_vllm(setting, model_dirs, registered, cpu
 
     monkeypatch.setattr(workspace, "MIN_TOKENS", 1)
     # (about 18 entries per distinct row: enough for the generic tiles' rule; sm90's Gluon
-    # few-head tile asks for 256, which so small a batch never reaches)
+    # few-head tile asks for 1024, which so small a batch never reaches)
     monkeypatch.setattr(workspace, "MIN_REUSE_GLUON", ((None, workspace.MIN_REUSE),))
     monkeypatch.setenv("TRITON_SPARSE_MLA_FP8_WORKSPACE", setting)
     built = []

@@ -4,7 +4,8 @@
 sum of the marks (``pos[i]`` = marked rows up to and including row ``i``), ``remap_kernel``
 rewrites each valid entry as its row's place in the workspace (``pos[row] - 1``, -1 for an
 invalid entry) and ``upconvert_kernel`` dequantizes each marked row into that place, with the
-same arithmetic as the attention kernel's own loads (:func:`common.load_latent_tile`).
+same arithmetic as the attention kernel's own loads (:func:`common.load_latent_tile`). Without
+marks (``pos_ptr`` None) ``upconvert_kernel`` dequantizes every row into the place of its own id.
 """
 
 import triton
@@ -55,13 +56,19 @@ def remap_kernel(idx_ptr, len_ptr, pos_ptr, new_idx_ptr, n_rows, topk, stride_id
 def upconvert_kernel(kv_ptr, pos_ptr, ws_ptr, n_rows, stride_kv, stride_ws,
                      FP8_CVT: tl.constexpr, D_PE: tl.constexpr, BLOCK_R: tl.constexpr):
     """Dequantize each marked row ``i`` of ``kv`` (fp8_ds_mla bytes) into ``ws[pos[i] - 1]``
-    (576 values of ws's dtype); a row is marked where ``pos`` steps up (grid: N / BLOCK_R)."""
+    (576 values of ws's dtype); a row is marked where ``pos`` steps up (grid: N / BLOCK_R).
+    With ``pos_ptr`` None every row ``i`` goes to ``ws[i]``."""
     o_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-    b_pos = tl.load(pos_ptr + o_r, mask=o_r < n_rows, other=0)
-    b_prev = tl.load(pos_ptr + o_r - 1, mask=(o_r > 0) & (o_r < n_rows), other=0)
-    m_r = (o_r < n_rows) & (b_pos > b_prev)
+    if pos_ptr is None:
+        m_r = o_r < n_rows
+        o_ws = o_r
+    else:
+        b_pos = tl.load(pos_ptr + o_r, mask=o_r < n_rows, other=0)
+        b_prev = tl.load(pos_ptr + o_r - 1, mask=(o_r > 0) & (o_r < n_rows), other=0)
+        m_r = (o_r < n_rows) & (b_pos > b_prev)
+        o_ws = b_pos - 1
     p_row = kv_ptr + o_r.to(tl.int64) * stride_kv  # byte pointers
-    p_ws = ws_ptr + (b_pos - 1).to(tl.int64) * stride_ws
+    p_ws = ws_ptr + o_ws.to(tl.int64) * stride_ws
     dtype = ws_ptr.dtype.element_ty
     for j in tl.static_range(LATENT_TILES):
         b_k = load_latent_tile(p_row, m_r, j, True, FP8_CVT, dtype, False)

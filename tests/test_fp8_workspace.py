@@ -144,6 +144,37 @@ def test_rows_counted_where_the_shapes_do_not_bound_them(device, monkeypatch):
     assert_close(out, lse, ref_out, ref_lse, rtol_norm=3e-2)
 
 
+def test_rows_bound_sizes_the_workspace_without_counting(device, monkeypatch):
+    """A caller's bound on the distinct rows gives the slots where the shapes do not: nothing is
+    read back from the device (no count), the result is the counted workspace's, bit for bit;
+    an understated bound drops the entries of the rows past it, never writing past the
+    workspace."""
+    prob = make_problem(t=6, h=16, k=64, n=5000, fmt="fp8_ds_mla", device=device,
+                        topk_length="partial")
+    idx = torch.where(prob.indices >= 0, prob.indices % 30, prob.indices)
+    idx = torch.where(idx < 5000, idx, -1)
+    kv = _fresh_rows(prob.kv, 30)
+    counted, counted_lse = sparse_mla_attention(prob.q, kv, idx, prob.sm_scale,
+                                                topk_length=prob.topk_length, return_lse=True,
+                                                fp8_workspace=True)
+    with monkeypatch.context() as m:
+        m.setattr(torch.Tensor, "__int__", lambda self: pytest.fail("count read back"))
+        ws, new_idx = workspace.build(kv, idx, prob.topk_length, 0, force=False, rows_bound=30)
+    assert ws.shape[0] == 30
+    out, lse = sparse_mla_attention(prob.q, kv, idx, prob.sm_scale, topk_length=prob.topk_length,
+                                    return_lse=True, fp8_workspace=True, rows_bound=30)
+    assert torch.equal(out, counted) and torch.equal(lse, counted_lse)
+    # Understated: the slots hold the 10 lowest row ids named, the other entries are dropped.
+    ws, new_idx = workspace.build(kv, idx, prob.topk_length, 0, force=True, rows_bound=10)
+    assert ws.shape[0] == 10
+    lens = prob.topk_length.long().cpu()
+    valid = (idx.cpu() >= 0) & (torch.arange(64)[None, :] < lens[:, None])
+    kept = torch.unique(idx.cpu()[valid])[:10]
+    want = torch.where(valid & torch.isin(idx.cpu(), kept), idx.cpu(), -1)
+    assert torch.equal(new_idx.cpu() >= 0, want >= 0)
+    assert torch.equal(ws.cpu()[new_idx.cpu()[want >= 0].long()], _bf16_rows(kv).cpu()[want[want >= 0].long()])
+
+
 def test_first_tokens_counted_first(device, monkeypatch):
     """Where the rows are counted, the first tokens' rows are counted alone first, and a call
     whose first tokens already name more rows than pay keeps the in-kernel conversion without
@@ -195,7 +226,8 @@ def test_automatic_choice(device, monkeypatch):
     prob = make_problem(t=8, h=8, k=64, n=40, fmt="fp8_ds_mla", device=device)
     monkeypatch.setattr(workspace, "MIN_TOKENS", 8)
     # (12.8 entries per row: enough whichever in-kernel path it replaces)
-    monkeypatch.setattr(workspace, "MIN_REUSE_GLUON", ((None, workspace.MIN_REUSE),))
+    monkeypatch.setattr(workspace, "MIN_REUSE_GLUON",
+                        ((None, workspace.MIN_REUSE, workspace.MIN_REUSE),))
     taken = []
     build = workspace.build
     monkeypatch.setattr(workspace, "build", lambda *a, **k: taken.append(build(*a, **k)) or taken[-1])
@@ -215,6 +247,11 @@ def test_argument_errors(device):
     with pytest.raises(ValueError, match="fp8_workspace: True needs fp8_ds_mla rows .* got kv of "
                                          "dtype torch.bfloat16"):
         _call(bf16_rows, fp8_workspace=True)
+    for bad, err, msg in ((1.5, TypeError, "rows_bound: expected None or an int, got 1.5"),
+                          (True, TypeError, "rows_bound: expected None or an int, got True"),
+                          (-1, ValueError, "rows_bound: expected an int >= 0, got -1")):
+        with pytest.raises(err, match=msg):
+            _call(prob, rows_bound=bad)
     # False (and None) on bf16 rows is the plain kernel, as without the argument.
     assert torch.equal(_call(bf16_rows, fp8_workspace=False)[0], _call(bf16_rows)[0])
 
@@ -228,7 +265,8 @@ def test_graph_capture(monkeypatch):
     monkeypatch.setattr(workspace, "MIN_TOKENS", 1)
     # (reuse 128 below: enough whichever in-kernel path the workspace replaces; on sm90 the
     # Gluon tiles' threshold at 16 heads is 256)
-    monkeypatch.setattr(workspace, "MIN_REUSE_GLUON", ((None, workspace.MIN_REUSE),))
+    monkeypatch.setattr(workspace, "MIN_REUSE_GLUON",
+                        ((None, workspace.MIN_REUSE, workspace.MIN_REUSE),))
     a = make_problem(t=32, h=16, k=2048, n=512, fmt="fp8_ds_mla", device=dev, seed=4)
     b = make_problem(t=32, h=16, k=2048, n=512, fmt="fp8_ds_mla", device=dev, seed=5,
                      invalid_frac=0)

@@ -63,7 +63,7 @@ def _split_query(q):
 
 
 def sparse_mla_attention(q, kv, indices, sm_scale, *, topk_length=None, attn_sink=None,
-                         out=None, return_lse=False, fp8_workspace=None):
+                         out=None, return_lse=False, fp8_workspace=None, rows_bound=None):
     """Sparse Multi-head Latent Attention over gathered cache rows.
 
     For every query token ``t`` and head ``h``, attend to the cache rows named by
@@ -88,9 +88,16 @@ def sparse_mla_attention(q, kv, indices, sm_scale, *, topk_length=None, attn_sin
         fp8_workspace: for fp8_ds_mla rows, dequantize the distinct rows the call reads into a
             bf16 workspace once and run the bf16 kernel over it (:mod:`triton_sparse_mla.workspace`:
             ``distinct rows x 1152`` bytes, up to 2 GiB). None (default): for a bf16 q with
-            ``T >= 1024`` when each distinct row is named by 8 or more entries and the
-            workspace fits; True: always (bf16 q and fp8_ds_mla rows required); False: never
-            (the rows are converted inside the kernel).
+            ``T >= 1024`` when the distinct rows are each named by enough entries
+            (``workspace.min_reuse``: 8 to 1024 by head count and device) and the workspace
+            fits; True: always (bf16 q and fp8_ds_mla rows required); False: never (the rows
+            are converted inside the kernel).
+        rows_bound: optional int known on the host, at least the number of distinct rows of
+            ``kv`` that valid entries of ``indices`` name (e.g. the summed context lengths of
+            the requests whose tokens these are). The fp8 workspace then takes that many slots
+            without counting the rows and reading the count back from the device; entries of
+            rows past an understated bound count as invalid. Ignored for bf16/fp16 rows and
+            while a CUDA graph is captured.
 
     Returns:
         ``out [T, H, 512]`` in q's dtype, or ``(out, lse)`` with ``return_lse=True``. A row
@@ -161,6 +168,11 @@ def sparse_mla_attention(q, kv, indices, sm_scale, *, topk_length=None, attn_sin
             raise ValueError(f"attn_sink: expected shape [{h_count}] (q's heads), got {list(attn_sink.shape)}")
     if fp8_workspace is not None and not isinstance(fp8_workspace, bool):
         raise TypeError(f"fp8_workspace: expected None, True or False, got {fp8_workspace!r}")
+    if rows_bound is not None:
+        if isinstance(rows_bound, bool) or not isinstance(rows_bound, int):
+            raise TypeError(f"rows_bound: expected None or an int, got {rows_bound!r}")
+        if rows_bound < 0:
+            raise ValueError(f"rows_bound: expected an int >= 0, got {rows_bound}")
     if fp8_workspace is True and not fp8:
         raise ValueError(f"fp8_workspace: True needs fp8_ds_mla rows (uint8 [N, 656]), got kv "
                          f"of dtype {kv.dtype}")
@@ -187,7 +199,9 @@ def sparse_mla_attention(q, kv, indices, sm_scale, *, topk_length=None, attn_sin
         # (the in-kernel path it would replace: sm90's Gluon tiles, where they apply, pay less)
         gluon = gluon_applies(q_nope, kv, 0 if q_pe is None else q_pe.shape[2], True, _interpreting())
         built = workspace.build(kv, indices, topk_length, fp8_cvt, force=fp8_workspace is True,
-                                reuse=workspace.min_reuse(h_count, gluon))
+                                reuse=workspace.min_reuse(h_count, gluon),
+                                counted_reuse=workspace.min_reuse(h_count, gluon, counted=True),
+                                rows_bound=rows_bound)
         if built is not None:
             kv, indices = built
             fp8 = False

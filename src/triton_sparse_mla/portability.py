@@ -127,10 +127,11 @@ def _workspace_variants(cap: int):
            "stride_idx_t": "i32"}
     k = dict(HAS_LEN=True, BLOCK_K=workspace._BLOCK_K)
     yield ("mark", mark_rows_kernel, idx | {"mark_ptr": "*i32"}, k, {"idx_ptr", "mark_ptr"}, 4, 1)
-    yield ("remap", remap_kernel, idx | {"pos_ptr": "*i32", "new_idx_ptr": "*i32", "stride_new_t": "i32"},
+    yield ("remap", remap_kernel, idx | {"pos_ptr": "*i32", "new_idx_ptr": "*i32", "n_slots": "i32",
+                                         "stride_new_t": "i32"},
            k, {"idx_ptr", "pos_ptr", "new_idx_ptr"}, 4, 1)
     types = {"kv_ptr": "*u8", "pos_ptr": "*i32", "ws_ptr": "*bf16", "n_rows": "i32",
-             "stride_kv": "i32", "stride_ws": "i32"}
+             "n_slots": "i32", "stride_kv": "i32", "stride_ws": "i32"}
     k = dict(FP8_CVT=configs.fp8_cvt_level(divmod(cap, 10)), D_PE=64, BLOCK_R=workspace._BLOCK_R)
     yield ("upconvert", upconvert_kernel, types, k,
            {"kv_ptr", "pos_ptr", "ws_ptr", "stride_kv", "stride_ws"}, 4, 1)

@@ -45,20 +45,21 @@ MIN_TOKENS = 1024
 MIN_REUSE = 8
 # Where sm90's Gluon tiles convert in the kernel (kernels.attention.gluon_applies) and the rows
 # must be found (not kept at their ids, ENTRY_BYTES), the workspace pays only at a higher reuse,
-# by head count (at most that many heads, then the reuse; None: never): T=4096 and 16384 over
-# caches of 32K rows (reuse 256, 1024), 1M rows (8) and 1M rows read inside a 64K window (128).
-# With 8-16 heads (the few-head tiles; the workspace's bf16 rows run the few-head bf16 tile)
-# the rows counted on the host: the in-kernel path 1.03-1.05x faster at reuse 256, the
-# workspace 1.03x faster and 1.015x slower at 128, 1.13-1.14x faster at 1024, 1.43-1.44x slower at 8;
-# a count that finds too many rows costs 100-230 us of a 2 ms call (H200, 2026-12-04, run 207).
-# With 32 heads, since the workspace's bf16 rows run the 64-head tile (configs._G64_32), the
-# workspace is 1.05x faster at 256 and 1.06x at 1024, the in-kernel path 1.03x at 128 and 1.25x
-# at 8 (H200, 2026-12-03, run 170; before, with the 32x64 Triton tile, the in-kernel path won at
-# every reuse, run 119); with 64 heads (the dequantizing producer) 1.18x at 8, a tie at 128, the
-# workspace 1.05x faster at 256 and 1.08x at 1024; with 128 heads the workspace 1.01-1.09x
-# faster everywhere (H200, 2026-12-02, runs 118-119, BENCHMARKS.md "fp8_ds_mla rows: what their
-# alignment costs, and prefill in the kernel").
-MIN_REUSE_GLUON = ((16, 1024), (64, 256), (None, MIN_REUSE))
+# by head count: (at most that many heads, the reuse where the slots are known on the host --
+# from the shapes or the caller's ``rows_bound`` --, the reuse where the rows are counted and the
+# count read back). Measured (H200, 2026-12-04, runs 207-208; BENCHMARKS.md "a cache that fits
+# keeps its row ids") over 32K-row caches at T=1024, 4096 and 16384 (reuse 64, 256, 1024), in a
+# 64K-row window of a 1M-row cache (128) and over 1M rows (8), the workspace's rows found on
+# the device against the in-kernel conversion: with 8-16 heads (the few-head tiles; the
+# workspace's rows run the few-head bf16 tile) 0.83-0.92x at 64, 1.09-1.10x at 256, 1.18x at
+# 1024; counted 0.95-1.02x at 256, 0.99-1.03x at 128, 1.11-1.14x at 1024, 0.70x at 8 (a count
+# that finds too many rows costs 100-230 us of a 2 ms call). With 32 heads (the workspace's rows
+# run the 64-head tile, configs._G64_32) 0.94x at 64, 1.06x at 256, 1.07x at 1024; counted
+# 0.95x at 256, 1.03x at 1024 (run 170: 0.93x at 256). With 64 heads (the dequantizing
+# producer) 1.14x at 64, 1.28x at 256, 1.30x at 1024; counted 1.16x at 256 (run 119: a tie at
+# 128, 0.85x at 8). With 128 heads 1.28x at 64 and 1.32x at 256; counted 1.18-1.25x at 64-256
+# and 1.01-1.09x at 8 (runs 118-119).
+MIN_REUSE_GLUON = ((32, 256, 1024), (64, 64, 256), (None, MIN_REUSE, MIN_REUSE))
 # Largest workspace (bytes of dequantized rows) a call may allocate.
 MAX_BYTES = 2 << 30
 # Largest workspace sized from the shapes alone (min(N, T x K) slots, counted rows or not): a
@@ -103,13 +104,15 @@ def wanted(t_count: int, q_dtype: torch.dtype, mode) -> bool:
     return mode is True or t_count >= MIN_TOKENS
 
 
-def min_reuse(h_count: int, gluon: bool) -> int | None:
+def min_reuse(h_count: int, gluon: bool, counted: bool = False) -> int:
     """Index entries per distinct row from which the workspace replaces the in-kernel
-    conversion, for ``h_count`` query heads: :data:`MIN_REUSE`, or with sm90's Gluon tiles
-    (``gluon``) :data:`MIN_REUSE_GLUON`'s entry (None: never)."""
+    conversion, for ``h_count`` query heads, where its slots are known on the host or, with
+    ``counted``, where its rows are counted: :data:`MIN_REUSE`, or with sm90's Gluon tiles
+    (``gluon``) :data:`MIN_REUSE_GLUON`'s entry."""
     if not gluon:
         return MIN_REUSE
-    return next(r for h, r in MIN_REUSE_GLUON if h is None or h_count <= h)
+    row = next(r for r in MIN_REUSE_GLUON if r[0] is None or h_count <= r[0])
+    return row[2] if counted else row[1]
 
 
 def _pays(entries: int, rows: int, max_bytes: int, reuse: int) -> bool:
@@ -117,7 +120,8 @@ def _pays(entries: int, rows: int, max_bytes: int, reuse: int) -> bool:
 
 
 def build(kv: torch.Tensor, indices: torch.Tensor, topk_length, fp8_cvt: int, *, force: bool,
-          reuse: int | None = MIN_REUSE):
+          reuse: int | None = MIN_REUSE, counted_reuse: int | None = None,
+          rows_bound: int | None = None):
     """Dequantize the rows that valid entries of ``indices`` name into a workspace.
 
     Args:
@@ -126,7 +130,15 @@ def build(kv: torch.Tensor, indices: torch.Tensor, topk_length, fp8_cvt: int, *,
         fp8_cvt: the device's e4m3 decode path (``configs.fp8_cvt_level``).
         force: skip the reuse and size checks.
         reuse: index entries per distinct row below which the in-kernel conversion is kept
-            (:func:`min_reuse`; None: always kept, the rows not even counted).
+            where the slots are known on the host (:func:`min_reuse`; None: always kept, the
+            rows not even counted).
+        counted_reuse: the same where the rows must be counted (``min_reuse(..., counted=True)``;
+            None: ``reuse``).
+        rows_bound: the caller's bound on the distinct rows (host-known, e.g. the requests'
+            context lengths summed), or None. With it the workspace takes ``min(N, T x K,
+            rows_bound)`` slots (up to :data:`MAX_BYTES`) without counting; the entries of
+            rows past an understated bound become invalid. Ignored while a CUDA graph is
+            captured (the values at capture need not bound those at replay).
 
     Returns:
         ``(workspace [R, 576] bf16, new_indices [T, K] int32)``, every valid entry rewritten as
@@ -145,19 +157,23 @@ def build(kv: torch.Tensor, indices: torch.Tensor, topk_length, fp8_cvt: int, *,
     if _keeps_ids(n_rows, entries):
         # Every row converted to the slot of its own id, the indices kept: nothing marked,
         # summed or remapped, nothing read back (at any ``reuse``: the rows are reused at least
-        # ROW_BYTES / ENTRY_BYTES times here, where the workspace beats every in-kernel path).
+        # (656 + 1152) / ENTRY_BYTES times here, where the workspace beats every in-kernel path).
         return _upconvert(kv, None, n_rows, fp8_cvt), indices
     if reuse is None and not force:
         return None
+    counted_reuse = reuse if counted_reuse is None else counted_reuse
     device = kv.device
-    bound = min(n_rows, entries)
-    from_shapes = (_pays(entries, bound, SHAPE_MAX_BYTES, reuse) if not force
-                   else bound * ROW_BYTES <= SHAPE_MAX_BYTES)
+    capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+    bound, limit = min(n_rows, entries), SHAPE_MAX_BYTES
+    if rows_bound is not None and not capturing:
+        bound, limit = min(bound, rows_bound), MAX_BYTES
+    from_shapes = (_pays(entries, bound, limit, reuse) if not force
+                   else bound * ROW_BYTES <= limit)
     exact = not from_shapes
-    if exact and device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+    if exact and capturing:
         if force:
             raise ValueError("fp8_workspace=True: its rows must be counted on the host here "
-                             f"({bound} slots would take more than {SHAPE_MAX_BYTES} bytes), "
+                             f"({bound} slots would take more than {limit} bytes), "
                              "which cannot be done while a CUDA graph is captured")
         return None
     common = dict(n_rows=n_rows, topk=topk, stride_idx_t=indices.stride(0),
@@ -165,7 +181,7 @@ def build(kv: torch.Tensor, indices: torch.Tensor, topk_length, fp8_cvt: int, *,
     mark = torch.zeros(n_rows, dtype=torch.int32, device=device)
     head = t_count
     if exact and not force:
-        most = min(entries // reuse, MAX_BYTES // ROW_BYTES)  # distinct rows that pay
+        most = min(entries // counted_reuse, MAX_BYTES // ROW_BYTES)  # distinct rows that pay
         head = min(t_count, cdiv(HEAD_FACTOR * most + 1, topk))
     _mark(mark, indices, topk_length, 0, head, common)
     if head < t_count:
@@ -177,12 +193,12 @@ def build(kv: torch.Tensor, indices: torch.Tensor, topk_length, fp8_cvt: int, *,
     slots = bound
     if exact:
         slots = int(pos[-1]) if n_rows > 0 else 0  # waits for the device
-        if not force and not _pays(entries, slots, MAX_BYTES, reuse):
+        if not force and not _pays(entries, slots, MAX_BYTES, counted_reuse):
             return None
     new_indices = torch.empty(t_count, topk, dtype=torch.int32, device=device)
     remap_kernel[(t_count, cdiv(topk, _BLOCK_K))](
         idx_ptr=indices, len_ptr=topk_length, pos_ptr=pos, new_idx_ptr=new_indices,
-        stride_new_t=new_indices.stride(0), **common)
+        n_slots=slots, stride_new_t=new_indices.stride(0), **common)
     return _upconvert(kv, pos, slots, fp8_cvt), new_indices
 
 
@@ -201,7 +217,8 @@ def _upconvert(kv, pos, slots: int, fp8_cvt: int):
     workspace = torch.empty(max(slots, 1), D_NOPE + D_ROPE, dtype=torch.bfloat16, device=kv.device)
     if n_rows > 0:
         upconvert_kernel[(cdiv(n_rows, _BLOCK_R),)](
-            kv_ptr=kv, pos_ptr=pos, ws_ptr=workspace, n_rows=n_rows, stride_kv=kv.stride(0),
+            kv_ptr=kv, pos_ptr=pos, ws_ptr=workspace, n_rows=n_rows, n_slots=slots,
+            stride_kv=kv.stride(0),
             stride_ws=workspace.stride(0), FP8_CVT=fp8_cvt, D_PE=D_ROPE, BLOCK_R=_BLOCK_R)
     return workspace
 

@@ -106,7 +106,8 @@ def test_forward_matches_reference(model, kv_dtype, heads, rope, model_dirs, reg
 @pytest.mark.parametrize("setting", ["auto", "off"])
 def test_fp8_prefill_workspace_through_vllm(setting, model_dirs, registered, cpu_vllm, monkeypatch):
     """The fp8 prefill workspace (taken here from 1 token on) inside vLLM's forward: the
-    paged cache's flat rows, its -1 padding and valid counts, against the reference; with
+    paged cache's flat rows, its -1 padding and valid counts, against the reference, its slots
+    bounded by the batch's context lengths (no count read back); with
     TRITON_SPARSE_MLA_FP8_WORKSPACE=off it is never built."""
     from vllm.config import set_current_vllm_config
 
@@ -116,17 +117,20 @@ def test_fp8_prefill_workspace_through_vllm(setting, model_dirs, registered, cpu
     monkeypatch.setattr(workspace, "MIN_TOKENS", 1)
     # (about 18 entries per distinct row: enough for the generic tiles' rule; sm90's Gluon
     # few-head tile asks for 1024, which so small a batch never reaches)
-    monkeypatch.setattr(workspace, "MIN_REUSE_GLUON", ((None, workspace.MIN_REUSE),))
+    monkeypatch.setattr(workspace, "MIN_REUSE_GLUON",
+                        ((None, workspace.MIN_REUSE, workspace.MIN_REUSE),))
     monkeypatch.setenv("TRITON_SPARSE_MLA_FP8_WORKSPACE", setting)
-    built = []
+    built, bounds = [], []
     build = workspace.build
-    monkeypatch.setattr(workspace, "build", lambda *a, **k: built.append(build(*a, **k)) or built[-1])
+    monkeypatch.setattr(workspace, "build", lambda *a, **k: bounds.append(k["rows_bound"])
+                        or built.append(build(*a, **k)) or built[-1])
     heads = 8
     config = make_vllm_config(model_dirs["deepseek_v32"], kv_cache_dtype="fp8_ds_mla")
     layer, topk_buffer = build_layer(config, num_heads=heads, rope_dim=64, topk=TOPK, device=DEVICE)
     builder = build_builder(config, layer, device=DEVICE)
     batch = build_batch([6, 4], [40, 30], num_blocks=NUM_BLOCKS, device=DEVICE)
     metadata = builder.build(0, batch.common)
+    assert metadata.rows_bound == 40 + 30
     kv_cache, _ = paged_cache(batch, num_blocks=NUM_BLOCKS, width=576, dtype=torch.uint8, device=DEVICE)
     logical, owners = _topk_rows(batch, seed=3)
     topk_buffer[: batch.num_tokens] = logical.to(DEVICE)
@@ -139,6 +143,10 @@ def test_fp8_prefill_workspace_through_vllm(setting, model_dirs, registered, cpu
     with set_current_vllm_config(config):
         out, _ = layer.impl.forward_mqa((q_nope, q_pe), kv_cache, metadata, layer)
     assert (len(built) == 1 and built[0] is not None) if setting == "auto" else not built
+    assert bounds == ([70] if setting == "auto" else [])
+    if built:  # the slots from the bound (70 rows; the cache has NUM_BLOCKS x 128)
+        assert built[0][0].shape[0] <= 70
+    assert layer.impl._rows_bound is None  # kept for the call only
     rows = physical_rows(batch, owners, logical)
     flat = kv_cache.as_strided((NUM_BLOCKS * 128, kv_cache.shape[2]), (kv_cache.shape[2], 1)).cpu()
     ref, _ = sparse_mla_reference((q_nope.cpu(), q_pe.cpu()), flat, rows.to(torch.int32),

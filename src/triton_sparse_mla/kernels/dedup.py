@@ -42,22 +42,25 @@ def mark_rows_kernel(idx_ptr, len_ptr, mark_ptr, n_rows, topk, stride_idx_t,
     tl.store(mark_ptr + b_idx, tl.full([BLOCK_K], 1, tl.int32), mask=m_k & (b_seen == 0))
 
 
-@triton.jit(do_not_specialize=["n_rows"])  # (see attention.py)
-def remap_kernel(idx_ptr, len_ptr, pos_ptr, new_idx_ptr, n_rows, topk, stride_idx_t,
+@triton.jit(do_not_specialize=["n_rows", "n_slots"])  # (see attention.py)
+def remap_kernel(idx_ptr, len_ptr, pos_ptr, new_idx_ptr, n_rows, n_slots, topk, stride_idx_t,
                  stride_new_t, HAS_LEN: tl.constexpr, BLOCK_K: tl.constexpr):
-    """``new_idx[t, k] = pos[idx[t, k]] - 1`` for a valid entry, -1 otherwise."""
+    """``new_idx[t, k] = pos[idx[t, k]] - 1`` for a valid entry whose row has one of the
+    ``n_slots`` slots, -1 otherwise."""
     b_idx, m_k, o_k = _valid_entries(idx_ptr, len_ptr, n_rows, topk, stride_idx_t, HAS_LEN, BLOCK_K)
     b_new = tl.load(pos_ptr + b_idx, mask=m_k, other=0) - 1
+    b_new = tl.where(b_new < n_slots, b_new, -1)
     i_t = tl.program_id(0).to(tl.int64)
     tl.store(new_idx_ptr + i_t * stride_new_t + o_k, b_new, mask=o_k < topk)
 
 
-@triton.jit(do_not_specialize=["n_rows"])  # (see attention.py)
-def upconvert_kernel(kv_ptr, pos_ptr, ws_ptr, n_rows, stride_kv, stride_ws,
+@triton.jit(do_not_specialize=["n_rows", "n_slots"])  # (see attention.py)
+def upconvert_kernel(kv_ptr, pos_ptr, ws_ptr, n_rows, n_slots, stride_kv, stride_ws,
                      FP8_CVT: tl.constexpr, D_PE: tl.constexpr, BLOCK_R: tl.constexpr):
     """Dequantize each marked row ``i`` of ``kv`` (fp8_ds_mla bytes) into ``ws[pos[i] - 1]``
-    (576 values of ws's dtype); a row is marked where ``pos`` steps up (grid: N / BLOCK_R).
-    With ``pos_ptr`` None every row ``i`` goes to ``ws[i]``."""
+    (576 values of ws's dtype) where that is one of the ``n_slots`` slots; a row is marked
+    where ``pos`` steps up (grid: N / BLOCK_R). With ``pos_ptr`` None every row ``i`` goes to
+    ``ws[i]``."""
     o_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     if pos_ptr is None:
         m_r = o_r < n_rows
@@ -65,7 +68,7 @@ def upconvert_kernel(kv_ptr, pos_ptr, ws_ptr, n_rows, stride_kv, stride_ws,
     else:
         b_pos = tl.load(pos_ptr + o_r, mask=o_r < n_rows, other=0)
         b_prev = tl.load(pos_ptr + o_r - 1, mask=(o_r > 0) & (o_r < n_rows), other=0)
-        m_r = (o_r < n_rows) & (b_pos > b_prev)
+        m_r = (o_r < n_rows) & (b_pos > b_prev) & (b_pos <= n_slots)
         o_ws = b_pos - 1
     p_row = kv_ptr + o_r.to(tl.int64) * stride_kv  # byte pointers
     p_ws = ws_ptr + o_ws.to(tl.int64) * stride_ws

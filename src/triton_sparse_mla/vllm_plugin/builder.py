@@ -1,8 +1,12 @@
-"""Attention metadata for ``TRITON_MLA_SPARSE``: vLLM's common sparse-MLA metadata as is.
+"""Attention metadata for ``TRITON_MLA_SPARSE``: vLLM's common sparse-MLA metadata, and a
+host-known bound on the cache rows a batch reads.
 
 The kernel runs one program per (token, head block) with the token's own top-k row and
 valid count, so it needs no per-request planning: mixed batches, spec-decode (several query
-tokens per request) and padded rows all use the common fields.
+tokens per request) and padded rows all use the common fields. The bound (the requests'
+context lengths summed, from the CPU copy vLLM keeps) lets the fp8_ds_mla prefill workspace
+size itself without reading a count back from the device (``sparse_mla_attention``'s
+``rows_bound``).
 """
 
 from __future__ import annotations
@@ -22,7 +26,11 @@ REORDER_BATCH_THRESHOLD = 1
 
 @dataclass(kw_only=True)
 class TritonMLASparseMetadata(SparseMLACommonMetadata):
-    """No fields beyond the common ones (block_table, req_id_per_token, num_decode_tokens, ...)."""
+    """The common fields (block_table, req_id_per_token, num_decode_tokens, ...) and
+    ``rows_bound``: at least the number of distinct cache rows the batch's tokens can name (the
+    sum of its requests' context lengths), or None where vLLM gave no CPU bound on them."""
+
+    rows_bound: int | None = None
 
 
 class TritonMLASparseMetadataBuilder(SparseMLACommonMetadataBuilder[TritonMLASparseMetadata]):
@@ -36,3 +44,12 @@ class TritonMLASparseMetadataBuilder(SparseMLACommonMetadataBuilder[TritonMLASpa
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
         # The base class leaves this unset; without it decodes are never reordered to the front.
         self._init_reorder_batch_threshold(REORDER_BATCH_THRESHOLD, supports_spec_as_decode=True)
+
+    def build(self, common_prefix_len, common_attn_metadata, fast_build=False):
+        metadata = super().build(common_prefix_len, common_attn_metadata, fast_build)
+        # Each position of a request's context is one cache row, and a token names only rows
+        # of its own request's context: their lengths summed bound the distinct rows.
+        seq_lens = common_attn_metadata.seq_lens_cpu_upper_bound
+        if seq_lens is not None:
+            metadata.rows_bound = int(seq_lens[: common_attn_metadata.num_reqs].sum())
+        return metadata

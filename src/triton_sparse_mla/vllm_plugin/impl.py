@@ -138,11 +138,21 @@ class TritonMLASparseImpl(SparseMLACommonImpl[TritonMLASparseMetadata]):
         self.supports_quant_query_input = False
         self._zero_q_pe: torch.Tensor | None = None
         self._fp8_workspace = fp8_workspace_setting()
+        self._rows_bound: int | None = None  # the current batch's (TritonMLASparseMetadata)
         if kv_cache_dtype == "fp8_ds_mla" and self.qk_rope_head_dim == 0:
             self._zero_q_pe = _reserve_zero_q_pe(num_heads, self.topk_indices_buffer)
         if warmup_setting() and self.topk_indices_buffer is not None:
             _warm_up(num_heads, kv_cache_dtype, self.kv_lora_rank + self.qk_rope_head_dim,
                      self.need_to_return_lse_for_decode, self.topk_indices_buffer)
+
+    def forward_mqa(self, q, kv_c_and_k_pe_cache, attn_metadata, layer):
+        """vLLM's ``forward_mqa``, which calls :meth:`_forward_mqa_kernel`, with the batch's
+        bound on the rows it reads kept for that call."""
+        self._rows_bound = getattr(attn_metadata, "rows_bound", None)
+        try:
+            return super().forward_mqa(q, kv_c_and_k_pe_cache, attn_metadata, layer)
+        finally:
+            self._rows_bound = None
 
     def _forward_mqa_kernel(
         self,
@@ -178,6 +188,7 @@ class TritonMLASparseImpl(SparseMLACommonImpl[TritonMLASparseMetadata]):
             topk_length=valid_counts,
             return_lse=self.need_to_return_lse_for_decode,
             fp8_workspace=self._fp8_workspace,
+            rows_bound=self._rows_bound,
         )
         if self.need_to_return_lse_for_decode:
             return result

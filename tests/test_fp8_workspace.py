@@ -106,16 +106,29 @@ def test_little_reuse_keeps_the_in_kernel_conversion(device):
     assert ws.shape[0] == 40  # min(N, T x K) slots: known without counting
 
 
-def test_reuse_threshold_follows_the_in_kernel_path(device):
+def test_reuse_threshold_follows_the_in_kernel_path(device, monkeypatch):
     # 8 x 64 entries over 40 rows: 12.8 per row. Enough against the Triton tiles' conversion;
     # not against sm90's few-head Gluon tile, which the workspace beats only from 256; enough
     # again with 128 heads, where it beats the Gluon tile at any measured reuse.
     prob = make_problem(t=8, h=8, k=64, n=40, fmt="fp8_ds_mla", device=device, invalid_frac=0)
-    for h, gluon, taken in ((8, False, True), (8, True, False), (32, True, False), (128, True, True)):
-        built = workspace.build(prob.kv, prob.indices, None, 0, force=False,
-                                reuse=workspace.min_reuse(h, gluon))
-        assert (built is not None) == taken, (h, gluon)
+
+    def taken(h, gluon):
+        return workspace.build(prob.kv, prob.indices, None, 0, force=False,
+                               reuse=workspace.min_reuse(h, gluon),
+                               counted_reuse=workspace.min_reuse(h, gluon, counted=True)) is not None
+
+    for h, gluon, want in ((8, False, True), (8, True, False), (32, True, False), (128, True, True)):
+        assert taken(h, gluon) == want, (h, gluon)
     assert workspace.min_reuse(64, False) == workspace.MIN_REUSE
+    assert workspace.min_reuse(64, False, counted=True) == workspace.MIN_REUSE
+    assert workspace.min_reuse(16, True, counted=True) is None
+    assert workspace.min_reuse(64, True) == 64 and workspace.min_reuse(64, True, counted=True) == 256
+    # Where the rows are counted (the shapes' 40 slots over SHAPE_MAX_BYTES), the few-head tiles
+    # never take it, whatever the reuse.
+    with monkeypatch.context() as m:
+        m.setattr(workspace, "SHAPE_MAX_BYTES", 10 * workspace.ROW_BYTES)
+        m.setattr(workspace, "MIN_REUSE_GLUON", ((16, 8, None), (None, 8, 8)))
+        assert not taken(16, True) and taken(32, True)
 
 
 def test_slots_over_the_shape_limit_are_counted(device, monkeypatch):
@@ -160,6 +173,9 @@ def test_rows_bound_sizes_the_workspace_without_counting(device, monkeypatch):
     with monkeypatch.context() as m:
         m.setattr(torch.Tensor, "__int__", lambda self: pytest.fail("count read back"))
         ws, new_idx = workspace.build(kv, idx, prob.topk_length, 0, force=False, rows_bound=30)
+        # A bound that does not pay decides alone: the in-kernel path, nothing counted.
+        assert workspace.build(kv, idx, prob.topk_length, 0, force=False, reuse=13,
+                               rows_bound=30) is None
     assert ws.shape[0] == 30
     out, lse = sparse_mla_attention(prob.q, kv, idx, prob.sm_scale, topk_length=prob.topk_length,
                                     return_lse=True, fp8_workspace=True, rows_bound=30)

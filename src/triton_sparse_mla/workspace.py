@@ -47,19 +47,21 @@ MIN_REUSE = 8
 # must be found (not kept at their ids, ENTRY_BYTES), the workspace pays only at a higher reuse,
 # by head count: (at most that many heads, the reuse where the slots are known on the host --
 # from the shapes or the caller's ``rows_bound`` --, the reuse where the rows are counted and the
-# count read back). Measured (H200, 2026-12-04, runs 207-208; BENCHMARKS.md "a cache that fits
-# keeps its row ids") over 32K-row caches at T=1024, 4096 and 16384 (reuse 64, 256, 1024), in a
-# 64K-row window of a 1M-row cache (128) and over 1M rows (8), the workspace's rows found on
-# the device against the in-kernel conversion: with 8-16 heads (the few-head tiles; the
-# workspace's rows run the few-head bf16 tile) 0.83-0.92x at 64, 1.09-1.10x at 256, 1.18x at
-# 1024; counted 0.95-1.02x at 256, 0.99-1.03x at 128, 1.11-1.14x at 1024, 0.70x at 8 (a count
-# that finds too many rows costs 100-230 us of a 2 ms call). With 32 heads (the workspace's rows
-# run the 64-head tile, configs._G64_32) 0.94x at 64, 1.06x at 256, 1.07x at 1024; counted
-# 0.95x at 256, 1.03x at 1024 (run 170: 0.93x at 256). With 64 heads (the dequantizing
-# producer) 1.14x at 64, 1.28x at 256, 1.30x at 1024; counted 1.16x at 256 (run 119: a tie at
-# 128, 0.85x at 8). With 128 heads 1.28x at 64 and 1.32x at 256; counted 1.18-1.25x at 64-256
-# and 1.01-1.09x at 8 (runs 118-119).
-MIN_REUSE_GLUON = ((32, 256, 1024), (64, 64, 256), (None, MIN_REUSE, MIN_REUSE))
+# count read back; None: never counted). Measured (H200, 2026-12-04, runs 207, 208 and 213;
+# BENCHMARKS.md "a cache that fits keeps its row ids") over 32K-row caches at T=1024, 4096 and
+# 16384 (reuse 64, 256, 1024), in a 64K-row window of a 1M-row cache (128) and over 1M rows (8),
+# the workspace's rows found on the device against the in-kernel conversion: with 8-16 heads
+# (the few-head tiles; the workspace's rows run the few-head bf16 tile) 0.83-0.92x at 64,
+# 1.09-1.10x at 256, 1.18x at 1024; counted 0.95-1.02x at 256, 0.99-1.03x at 128, 1.11-1.14x
+# at 1024, 0.70x at 8, and a count that finds too many rows costs 100-270 us of a 2 ms call
+# (T=4096 over 1M rows, reuse 8: 2330 and 2535 us against 2137 and 2270 in the kernel, run
+# 213), so there the rows are never counted. With 32 heads (the workspace's rows run the
+# 64-head tile, configs._G64_32) 0.94x at 64, 1.06x at 256, 1.07x at 1024; counted 0.95x at
+# 256, 1.03x at 1024 (run 170: 0.93x at 256). With 64 heads (the dequantizing producer) 1.14x
+# at 64, 1.28x at 256, 1.30x at 1024; counted 1.16x at 256 (run 119: a tie at 128, 0.85x at
+# 8). With 128 heads 1.28x at 64 and 1.32x at 256; counted 1.18-1.25x at 64-256 and
+# 1.01-1.09x at 8 (runs 118-119).
+MIN_REUSE_GLUON = ((16, 256, None), (32, 256, 1024), (64, 64, 256), (None, MIN_REUSE, MIN_REUSE))
 # Largest workspace (bytes of dequantized rows) a call may allocate.
 MAX_BYTES = 2 << 30
 # Largest workspace sized from the shapes alone (min(N, T x K) slots, counted rows or not): a
@@ -104,11 +106,11 @@ def wanted(t_count: int, q_dtype: torch.dtype, mode) -> bool:
     return mode is True or t_count >= MIN_TOKENS
 
 
-def min_reuse(h_count: int, gluon: bool, counted: bool = False) -> int:
+def min_reuse(h_count: int, gluon: bool, counted: bool = False) -> int | None:
     """Index entries per distinct row from which the workspace replaces the in-kernel
     conversion, for ``h_count`` query heads, where its slots are known on the host or, with
     ``counted``, where its rows are counted: :data:`MIN_REUSE`, or with sm90's Gluon tiles
-    (``gluon``) :data:`MIN_REUSE_GLUON`'s entry."""
+    (``gluon``) :data:`MIN_REUSE_GLUON`'s entry (None: never)."""
     if not gluon:
         return MIN_REUSE
     row = next(r for r in MIN_REUSE_GLUON if r[0] is None or h_count <= r[0])
@@ -120,7 +122,7 @@ def _pays(entries: int, rows: int, max_bytes: int, reuse: int) -> bool:
 
 
 def build(kv: torch.Tensor, indices: torch.Tensor, topk_length, fp8_cvt: int, *, force: bool,
-          reuse: int | None = MIN_REUSE, counted_reuse: int | None = None,
+          reuse: int | None = MIN_REUSE, counted_reuse: int | None = MIN_REUSE,
           rows_bound: int | None = None):
     """Dequantize the rows that valid entries of ``indices`` name into a workspace.
 
@@ -133,12 +135,13 @@ def build(kv: torch.Tensor, indices: torch.Tensor, topk_length, fp8_cvt: int, *,
             where the slots are known on the host (:func:`min_reuse`; None: always kept, the
             rows not even counted).
         counted_reuse: the same where the rows must be counted (``min_reuse(..., counted=True)``;
-            None: ``reuse``).
+            None: never counted).
         rows_bound: the caller's bound on the distinct rows (host-known, e.g. the requests'
             context lengths summed), or None. With it the workspace takes ``min(N, T x K,
-            rows_bound)`` slots (up to :data:`MAX_BYTES`) without counting; the entries of
-            rows past an understated bound become invalid. Ignored while a CUDA graph is
-            captured (the values at capture need not bound those at replay).
+            rows_bound)`` slots (up to :data:`MAX_BYTES`) and is decided from it, the rows never
+            counted; the entries of rows past an understated bound become invalid. Ignored
+            while a CUDA graph is captured (the values at capture need not bound those at
+            replay).
 
     Returns:
         ``(workspace [R, 576] bf16, new_indices [T, K] int32)``, every valid entry rewritten as
@@ -161,15 +164,19 @@ def build(kv: torch.Tensor, indices: torch.Tensor, topk_length, fp8_cvt: int, *,
         return _upconvert(kv, None, n_rows, fp8_cvt), indices
     if reuse is None and not force:
         return None
-    counted_reuse = reuse if counted_reuse is None else counted_reuse
     device = kv.device
     capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+    if capturing:
+        rows_bound = None
     bound, limit = min(n_rows, entries), SHAPE_MAX_BYTES
-    if rows_bound is not None and not capturing:
+    if rows_bound is not None:
         bound, limit = min(bound, rows_bound), MAX_BYTES
     from_shapes = (_pays(entries, bound, limit, reuse) if not force
                    else bound * ROW_BYTES <= limit)
     exact = not from_shapes
+    if exact and not force and (counted_reuse is None or rows_bound is not None):
+        # (where the caller's bound does not pay, counting would find about as many rows)
+        return None
     if exact and capturing:
         if force:
             raise ValueError("fp8_workspace=True: its rows must be counted on the host here "

@@ -81,8 +81,8 @@ def main(path, heads=None, rows=None):
 
         in_kernel = _heated_us(call(False))
         auto = _heated_us(call(None))
-        rows = window or w.n_rows
-        bounded = _heated_us(lambda: sparse_mla_attention(q, kv, idx, scale, rows_bound=rows))
+        named = window or w.n_rows  # the rows the tokens can name
+        bounded = _heated_us(lambda: sparse_mla_attention(q, kv, idx, scale, rows_bound=named))
         shipped = workspace.SHAPE_MAX_BYTES
         workspace.SHAPE_MAX_BYTES = workspace.MAX_BYTES  # slots from the shapes where they fit
         ws_us = _heated_us(call(True))
@@ -104,7 +104,7 @@ def main(path, heads=None, rows=None):
         diff = ((a.float() - b.float()).norm() / a.float().norm()).item()
         rel_err = reference_error(q, kv, idx, lengths, scale, b)
         rec = dict(workload=name, in_kernel_us=in_kernel, auto_us=auto, bounded_us=bounded,
-                   rows_bound=rows, workspace_us=ws_us,
+                   rows_bound=named, workspace_us=ws_us,
                    build_us=build_us, bf16_kernel_us=kernel_us, ids_kept=ids_kept,
                    remapped_us=remapped_us, counted_us=counted_us,
                    counted_build_us=counted_build_us, slots=ws.shape[0], distinct_rows=distinct,

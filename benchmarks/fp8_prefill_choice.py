@@ -19,9 +19,9 @@ Workloads: K=2048; prefill T=4096 with H in {8, 16, 32, 64, 128} over caches of 
 (the bench's inputs); "ctx64K": a 1M-row cache whose tokens all read inside one 64K-row window
 (one long request, as in vLLM); T=16384 over 32K rows with H in {8, 16, 32, 64} and the 64K
 window with 32 and 128 heads (the reuse thresholds, workspace.MIN_REUSE_GLUON); T=512 and 1024
-(H=16, 32K rows) to place the token threshold, and T=1024 with 8, 32, 64 and 128 heads. Each workload also reports the two paths'
-relative difference and the workspace's error against the float64 reference. ``--rows N``
-keeps only the workloads over caches of N rows.
+(H=16, 32K rows) to place the token threshold, and T=1024 with 8, 32, 64 and 128 heads. Each
+workload also reports the two paths' relative difference and the workspace's error against the
+float64 reference. ``--rows N`` keeps only the workloads over caches of N rows.
 
 Each path is heated (``bench.heat``, 1 s) before it is timed. ``--heads H[,H]`` keeps only the
 workloads with those head counts.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import os
-from numbers import Real
+from numbers import Integral, Real
 
 import torch
 
@@ -169,7 +169,7 @@ def sparse_mla_attention(q, kv, indices, sm_scale, *, topk_length=None, attn_sin
     if fp8_workspace is not None and not isinstance(fp8_workspace, bool):
         raise TypeError(f"fp8_workspace: expected None, True or False, got {fp8_workspace!r}")
     if rows_bound is not None:
-        if isinstance(rows_bound, bool) or not isinstance(rows_bound, int):
+        if isinstance(rows_bound, bool) or not isinstance(rows_bound, Integral):
             raise TypeError(f"rows_bound: expected None or an int, got {rows_bound!r}")
         if rows_bound < 0:
             raise ValueError(f"rows_bound: expected an int >= 0, got {rows_bound}")
@@ -201,7 +201,7 @@ def sparse_mla_attention(q, kv, indices, sm_scale, *, topk_length=None, attn_sin
         built = workspace.build(kv, indices, topk_length, fp8_cvt, force=fp8_workspace is True,
                                 reuse=workspace.min_reuse(h_count, gluon),
                                 counted_reuse=workspace.min_reuse(h_count, gluon, counted=True),
-                                rows_bound=rows_bound)
+                                rows_bound=None if rows_bound is None else int(rows_bound))
         if built is not None:
             kv, indices = built
             fp8 = False

@@ -11,10 +11,12 @@ The workspace has one slot per distinct row, ``R x 1152`` bytes (plus 8 bytes pe
 when ``min(N, T x K)`` slots take at most :data:`SHAPE_MAX_BYTES`: then nothing waits for the
 device and a CUDA graph can capture the call; and where those slots are the whole cache (N rows)
 and the index entries are many (:data:`ENTRY_BYTES`), every row is converted to the slot of its
-own id and the indices are kept, without the passes that find the distinct rows. Otherwise (a
-large cache, as vLLM's, which holds every request's rows) the distinct rows are counted and the
-count read on the host, so the workspace takes only what the call reads; that is never done
-while a graph is captured. The rows of the first tokens are counted first (:data:`HEAD_FACTOR`):
+own id and the indices are kept, without the passes that find the distinct rows. A caller that
+knows a bound on the rows its tokens can name (vLLM's plugin: its requests' context lengths
+summed) passes it as ``rows_bound``, and ``R`` is that bound. Otherwise (a large cache, as
+vLLM's, which holds every request's rows) the distinct rows are counted and the count read on
+the host, so the workspace takes only what the call reads; that is never done while a graph is
+captured. The rows of the first tokens are counted first (:data:`HEAD_FACTOR`):
 when they alone are more than the workspace pays for, the call keeps the in-kernel conversion
 without marking the rest. A call whose rows are reused fewer than :func:`min_reuse` times, or
 whose distinct rows do not fit, keeps the in-kernel conversion, and so do calls of fewer than
@@ -157,13 +159,14 @@ def build(kv: torch.Tensor, indices: torch.Tensor, topk_length, fp8_cvt: int, *,
     n_rows = kv.shape[0]
     t_count, topk = indices.shape
     entries = t_count * topk
-    if _keeps_ids(n_rows, entries):
-        # Every row converted to the slot of its own id, the indices kept: nothing marked,
-        # summed or remapped, nothing read back (at any ``reuse``: the rows are reused at least
-        # (656 + 1152) / ENTRY_BYTES times here, where the workspace beats every in-kernel path).
-        return _upconvert(kv, None, n_rows, fp8_cvt), indices
     if reuse is None and not force:
         return None
+    if _keeps_ids(n_rows, entries):
+        # Every row converted to the slot of its own id, the indices kept: nothing marked,
+        # summed or remapped, nothing read back (whatever ``reuse`` asks: the rows are reused at
+        # least (656 + 1152) / ENTRY_BYTES times here, where the workspace beat every in-kernel
+        # path measured).
+        return _upconvert(kv, None, n_rows, fp8_cvt), indices
     device = kv.device
     capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
     if capturing:

@@ -49,12 +49,13 @@ def test_argument_errors_and_cpu():
     assert warmup.warmup(16, device="cpu") == []  # nothing to compile for the interpreter
 
 
-def _calls_of_the_kind(fmt, heads, t, n_rows, seed, **kw):
+def _calls_of_the_kind(fmt, heads, t, n_rows, seed, named=None, **kw):
+    """A call over ``n_rows`` cache rows whose indices name rows below ``named`` (default: any)."""
     g = torch.Generator().manual_seed(seed)
     q = torch.randn(t, heads, 576, generator=g).bfloat16().cuda()
     rows = torch.randn(n_rows, 576, generator=g)
     kv = (quantize_fp8_ds_mla(rows) if fmt == "fp8_ds_mla" else rows.bfloat16()).cuda()
-    idx = torch.randint(-1, n_rows, (t, 2048), generator=g, dtype=torch.int32).cuda()
+    idx = torch.randint(-1, named or n_rows, (t, 2048), generator=g, dtype=torch.int32).cuda()
     lengths = torch.randint(0, 2049, (t,), generator=g, dtype=torch.int32).cuda()
     return sparse_mla_attention(q, kv, idx, 0.05, topk_length=lengths, **kw)
 
@@ -65,7 +66,9 @@ def _calls_of_the_kind(fmt, heads, t, n_rows, seed, **kw):
 def test_nothing_compiles_after_warmup(fmt, heads, monkeypatch):
     """Warm up one kind of call, then make calls of that kind with token counts across every
     phase, caches of other sizes (not multiples of 16: the workspace's slot count follows
-    them), random indices and lengths: no kernel compiles. The control: a kernel new to the
+    them), random indices and lengths, and prefill over a large cache with a bound on the rows
+    it names (the workspace then finds its rows instead of keeping their ids, as in vLLM): no
+    kernel compiles. The control: a kernel new to the
     process does compile under the same hook, so the hook sees compiles."""
     import triton
     import triton.language as tl
@@ -80,6 +83,7 @@ def test_nothing_compiles_after_warmup(fmt, heads, monkeypatch):
                                         (40, 4097), (133, 2000), (512, 5000), (513, 1500),
                                         (1024, 3001), (1500, 999)]):
         _calls_of_the_kind(fmt, heads, t, n_rows, seed)
+    _calls_of_the_kind(fmt, heads, 1024, 60001, 11, named=3000, rows_bound=3000)
     torch.cuda.synchronize()
     assert compiled == []
 

@@ -118,6 +118,12 @@ def warmup(num_heads: int, *, q_dtype: torch.dtype = torch.bfloat16, kv_format: 
         lengths = torch.full((t,), topk, dtype=torch.int32, device=device) if topk_length else None
         sparse_mla_attention(q, kv, indices, 1.0, topk_length=lengths, attn_sink=sink,
                              return_lse=return_lse, fp8_workspace=use_workspace)
+        if use_workspace:
+            # Over this small cache the workspace keeps the rows at their ids; one token's
+            # entries are too few for that, so its build finds the rows, as a call over a large
+            # cache does: the kernels of that path compile here too.
+            workspace.build(kv, indices[:1], None if lengths is None else lengths[:1], fp8_cvt,
+                            force=True)
         del q, indices, lengths
     torch.cuda.synchronize(device)
     torch.cuda.empty_cache()

@@ -2,9 +2,11 @@
 time of a whole build.
 
 Per workload (fp8_ds_mla, K=2048, 32K and 1M rows): ``zeros`` (the marks), ``mark``, ``cumsum``,
-``remap``, ``upconvert`` as device time (triton.testing.do_bench, median), then ``build``
-queued (as the choice script times it) and ``host``: the host's time per build() call with the
-device never waited on (perf_counter over 20 calls, before the final synchronize).
+``remap``, ``upconvert`` (and ``upconvert_ids``, every row at its own id, where the slots are
+the cache's rows) as device time (triton.testing.do_bench, median), then ``build`` queued (as
+the choice script times it; it keeps the rows' ids where workspace.ENTRY_BYTES says so) and
+``host``: the host's time per build() call with the device never waited on (perf_counter over
+20 calls, before the final synchronize).
 
 Usage (GPU): python benchmarks/workspace_parts.py OUT.json
 """
@@ -40,16 +42,24 @@ def main(path):
         mark = torch.zeros(n_rows, dtype=torch.int32, device="cuda")
         rec = dict(workload=w.name)
         rec["zeros_us"] = bench(lambda: torch.zeros(n_rows, dtype=torch.int32, device="cuda"))
-        rec["mark_us"] = bench(lambda: mark_rows_kernel[grid](mark_ptr=mark, **common))
+        rec["mark_us"] = bench(lambda: mark_rows_kernel[grid](mark_ptr=mark, t_first=0, **common))
         pos = torch.cumsum(mark, 0, dtype=torch.int32)
         rec["cumsum_us"] = bench(lambda: torch.cumsum(mark, 0, dtype=torch.int32))
         new = torch.empty_like(idx)
-        rec["remap_us"] = bench(lambda: remap_kernel[grid](pos_ptr=pos, new_idx_ptr=new,
-                                                           stride_new_t=new.stride(0), **common))
         ws = torch.empty(min(n_rows, t * k), 576, dtype=torch.bfloat16, device="cuda")
-        rec["upconvert_us"] = bench(lambda: upconvert_kernel[(triton.cdiv(n_rows, workspace._BLOCK_R),)](
-            kv_ptr=kv, pos_ptr=pos, ws_ptr=ws, n_rows=n_rows, stride_kv=kv.stride(0),
-            stride_ws=ws.stride(0), FP8_CVT=fp8_cvt, D_PE=64, BLOCK_R=workspace._BLOCK_R))
+        rec["remap_us"] = bench(lambda: remap_kernel[grid](pos_ptr=pos, new_idx_ptr=new,
+                                                           n_slots=ws.shape[0],
+                                                           stride_new_t=new.stride(0), **common))
+
+        def upconvert(marks):
+            upconvert_kernel[(triton.cdiv(n_rows, workspace._BLOCK_R),)](
+                kv_ptr=kv, pos_ptr=marks, ws_ptr=ws, n_rows=n_rows, n_slots=ws.shape[0],
+                stride_kv=kv.stride(0), stride_ws=ws.stride(0), FP8_CVT=fp8_cvt, D_PE=64,
+                BLOCK_R=workspace._BLOCK_R)
+
+        rec["upconvert_us"] = bench(lambda: upconvert(pos))
+        if ws.shape[0] == n_rows:  # every row at its own id (workspace.ENTRY_BYTES)
+            rec["upconvert_ids_us"] = bench(lambda: upconvert(None))
         rec["build_queued_us"] = time_us(lambda: workspace.build(kv, idx, None, fp8_cvt, force=True),
                                          graph=False)
         torch.cuda.synchronize()

@@ -126,7 +126,8 @@ def _workspace_variants(cap: int):
     idx = {"idx_ptr": "*i32", "len_ptr": "*i32", "n_rows": "i32", "topk": "i32",
            "stride_idx_t": "i32"}
     k = dict(HAS_LEN=True, BLOCK_K=workspace._BLOCK_K)
-    yield ("mark", mark_rows_kernel, idx | {"mark_ptr": "*i32"}, k, {"idx_ptr", "mark_ptr"}, 4, 1)
+    yield ("mark", mark_rows_kernel, idx | {"mark_ptr": "*i32", "t_first": "i32"}, k,
+           {"idx_ptr", "mark_ptr"}, 4, 1)
     yield ("remap", remap_kernel, idx | {"pos_ptr": "*i32", "new_idx_ptr": "*i32", "n_slots": "i32",
                                          "stride_new_t": "i32"},
            k, {"idx_ptr", "pos_ptr", "new_idx_ptr"}, 4, 1)

@@ -236,6 +236,5 @@ def _upconvert(kv, pos, slots: int, fp8_cvt: int):
 def _mark(mark, indices, topk_length, t_lo, t_hi, common):
     """Mark the rows that valid entries of tokens ``t_lo .. t_hi - 1`` name."""
     if t_hi > t_lo:
-        lens = None if topk_length is None else topk_length[t_lo:t_hi]
         mark_rows_kernel[(t_hi - t_lo, cdiv(common["topk"], _BLOCK_K))](
-            idx_ptr=indices[t_lo:t_hi], len_ptr=lens, mark_ptr=mark, **common)
+            idx_ptr=indices, len_ptr=topk_length, mark_ptr=mark, t_first=t_lo, **common)

@@ -17,10 +17,11 @@ LATENT_TILES = tl.constexpr(4)
 
 
 @triton.jit
-def _valid_entries(idx_ptr, len_ptr, n_rows, topk, stride_idx_t, HAS_LEN: tl.constexpr,
+def _valid_entries(idx_ptr, len_ptr, t_first, n_rows, topk, stride_idx_t, HAS_LEN: tl.constexpr,
                    BLOCK_K: tl.constexpr):
-    """``(row ids, validity)`` of index entries ``[BLOCK_K]`` of token ``program_id(0)``."""
-    i_t = tl.program_id(0).to(tl.int64)
+    """``(row ids, validity)`` of index entries ``[BLOCK_K]`` of token
+    ``t_first + program_id(0)``."""
+    i_t = t_first + tl.program_id(0).to(tl.int64)
     o_k = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
     m_k = o_k < topk
     if HAS_LEN:
@@ -29,15 +30,18 @@ def _valid_entries(idx_ptr, len_ptr, n_rows, topk, stride_idx_t, HAS_LEN: tl.con
     return b_idx, m_k & (b_idx >= 0) & (b_idx < n_rows), o_k
 
 
-@triton.jit(do_not_specialize=["n_rows"])  # (see attention.py)
-def mark_rows_kernel(idx_ptr, len_ptr, mark_ptr, n_rows, topk, stride_idx_t,
+@triton.jit(do_not_specialize=["t_first", "n_rows"])  # (see attention.py)
+def mark_rows_kernel(idx_ptr, len_ptr, mark_ptr, t_first, n_rows, topk, stride_idx_t,
                      HAS_LEN: tl.constexpr, BLOCK_K: tl.constexpr):
-    """``mark[row] = 1`` for every valid entry (grid: tokens x K blocks). Entries naming the
-    same row store the same value, so the order of the stores does not matter. A mark already
-    seen set is not stored again: prefill names each row hundreds of times, and those stores
-    to the same addresses queued behind each other (H200, T=4096 over 32K rows: 239 us for the
-    stores alone, ``benchmarks/workspace_parts.py``). A stale 0 only costs a store."""
-    b_idx, m_k, _ = _valid_entries(idx_ptr, len_ptr, n_rows, topk, stride_idx_t, HAS_LEN, BLOCK_K)
+    """``mark[row] = 1`` for every valid entry of tokens ``t_first`` on (grid: tokens x K
+    blocks; the pointers stay the tensors' own, so a later range of tokens compiles nothing
+    new). Entries naming the same row store the same value, so the order of the stores does not
+    matter. A mark already seen set is not stored again: prefill names each row hundreds of
+    times, and those stores to the same addresses queued behind each other (H200, T=4096 over
+    32K rows: 239 us for the stores alone, ``benchmarks/workspace_parts.py``). A stale 0 only
+    costs a store."""
+    b_idx, m_k, _ = _valid_entries(idx_ptr, len_ptr, t_first, n_rows, topk, stride_idx_t, HAS_LEN,
+                                   BLOCK_K)
     b_seen = tl.load(mark_ptr + b_idx, mask=m_k, other=1)
     tl.store(mark_ptr + b_idx, tl.full([BLOCK_K], 1, tl.int32), mask=m_k & (b_seen == 0))
 
@@ -47,7 +51,8 @@ def remap_kernel(idx_ptr, len_ptr, pos_ptr, new_idx_ptr, n_rows, n_slots, topk, 
                  stride_new_t, HAS_LEN: tl.constexpr, BLOCK_K: tl.constexpr):
     """``new_idx[t, k] = pos[idx[t, k]] - 1`` for a valid entry whose row has one of the
     ``n_slots`` slots, -1 otherwise."""
-    b_idx, m_k, o_k = _valid_entries(idx_ptr, len_ptr, n_rows, topk, stride_idx_t, HAS_LEN, BLOCK_K)
+    b_idx, m_k, o_k = _valid_entries(idx_ptr, len_ptr, 0, n_rows, topk, stride_idx_t, HAS_LEN,
+                                     BLOCK_K)
     b_new = tl.load(pos_ptr + b_idx, mask=m_k, other=0) - 1
     b_new = tl.where(b_new < n_slots, b_new, -1)
     i_t = tl.program_id(0).to(tl.int64)

@@ -3,10 +3,12 @@
 Each workload is run once before profiling starts (compilation, autotuning of nothing, caches
 built), so the profiled launches are the steady-state kernels. Run under
 ``ncu --profile-from-start off ... python3 benchmarks/ncu_profile.py [WORKLOAD ...]`` where a
-workload is ``T,H,FORMAT[,FIELD]`` (default: the decode workloads whose targets are missed at
-8-16 heads, with bf16 beside them for contrast); ``FIELD`` turns that boolean ``TileConfig``
-field on in the shipped tile (e.g. ``128,16,fp8_ds_mla,fp8_vec8``), ``-FIELD`` off. ``benchmarks/device_run.sh
-ncu`` does that, with ``PROFILE_WORKLOADS`` for other workloads.
+workload is ``T,H,FORMAT[,FIELD][,N=ROWS]`` (default: the decode workloads whose targets are
+missed at 8-16 heads, with bf16 beside them for contrast); ``FIELD`` turns that boolean
+``TileConfig`` field on in the shipped tile (e.g. ``128,16,fp8_ds_mla,fp8_vec8``), ``-FIELD``
+off; ``N=ROWS`` sets the cache's rows (default 1M; e.g. ``4096,16,bf16,N=32768``, the prefill
+bench's L2-resident cache). ``benchmarks/device_run.sh ncu`` does that, with
+``PROFILE_WORKLOADS`` for other workloads.
 """
 
 import contextlib
@@ -45,8 +47,11 @@ def main(specs):
     caches = Caches()
     calls = []
     for spec in specs:
-        t, h, fmt, *field = spec.split(",")
-        w = Workload("decode" if int(t) <= 512 else "prefill", int(t), int(h), fmt)
+        t, h, fmt, *rest = spec.split(",")
+        rows = [int(r[2:]) for r in rest if r.startswith("N=")]
+        field = [r for r in rest if not r.startswith("N=")]
+        w = Workload("decode" if int(t) <= 512 else "prefill", int(t), int(h), fmt,
+                     **({"n_rows": rows[0]} if rows else {}))
         q, kv, idx, lengths = make_inputs(w, caches)
 
         def call(q=q, kv=kv, idx=idx, n=lengths, field=field[0] if field else None):

@@ -320,7 +320,8 @@ TOGGLE_WORKLOADS = [
     Workload("decode", 4, 16, "bf16"), Workload("decode", 4, 16, "fp8_ds_mla"),
     Workload("decode", 1, 128, "fp8_ds_mla"),
     Workload("decode", 32, 64, "fp8_ds_mla"), Workload("decode", 512, 128, "fp8_ds_mla"),
-    Workload("prefill", 4096, 16, "bf16", n_rows=32768),
+    Workload("prefill", 4096, 16, "bf16", n_rows=32768), Workload("prefill", 4096, 8, "bf16", n_rows=32768),
+    Workload("prefill", 4096, 16, "bf16"), Workload("decode", 128, 16, "bf16", lengths="random"),
     Workload("prefill", 4096, 16, "fp8_ds_mla", n_rows=32768), Workload("prefill", 4096, 8, "fp8_ds_mla", n_rows=32768),
     Workload("prefill", 4096, 32, "bf16", n_rows=32768),
     Workload("prefill", 4096, 16, "fp8_ds_mla"),  # 1M rows: the few-head tile in the kernel

@@ -4,8 +4,11 @@ Reads ``ncu --page source --csv --print-source sass`` output (gzip or plain), on
 profiled kernel, and prints per kernel: the share of each warp-stall reason over all samples,
 the executed instructions by opcode per loop step, the shared-memory wavefronts and global
 sectors of each memory opcode against their ideal (bank conflicts, misaligned gathers), and the
-instructions with the most stall samples. A step is one BLOCK_N-row tile of one warp: pass the number of warp-steps the launch
-ran for each kernel (programs x warps x steps) to get per-step counts.
+instructions with the most stall samples, and the same per partition of a warp-specialized
+kernel (its code between ``setmaxnreg`` instructions, USETMAXREG in SASS: in the Gluon kernels
+the producer's and each consumer's loop). A step is one BLOCK_N-row tile of one warp: pass the
+number of warp-steps the launch ran for each kernel (programs x warps x steps) to get per-step
+counts.
 
 Usage: python benchmarks/ncu_summary.py SOURCE.csv[.gz] [WARP_STEPS ...]
 """
@@ -62,11 +65,56 @@ def summarise(header, rows, warp_steps, top=12):
     lines.append("memory opcodes (shared wavefronts / ideal, L2 sectors / ideal, per warp-step):")
     lines.extend(memory_lines(col, rows, per))
     lines.append("most-sampled instructions:")
-    for r in sorted(rows, key=lambda r: -int(r[samples] or 0))[:top]:
-        reasons = sorted(((int(r[col[c]] or 0), c[6:]) for c in stall_cols), reverse=True)[:2]
-        lines.append(f"  {int(r[samples]):6d}  {r[col['Source']].strip()[:56]:56}  "
-                     + ", ".join(f"{name} {n}" for n, name in reasons))
+    lines.extend(top_lines(col, stall_cols, rows, top))
+    lines.extend(partition_lines(col, stall_cols, rows, per))
     return "\n".join(lines)
+
+
+def top_lines(col, stall_cols, rows, top, min_share=0.0):
+    """The ``top`` most-sampled instructions (those with at least ``min_share`` of the rows'
+    samples), each with its index, samples and two main stall reasons."""
+    samples = col["Warp Stall Sampling (All Samples)"]
+    total = sum(int(r[samples] or 0) for r in rows) or 1
+    out = []
+    for i, r in sorted(enumerate(rows), key=lambda ir: -int(ir[1][samples] or 0))[:top]:
+        if int(r[samples] or 0) < min_share * total:
+            break
+        reasons = sorted(((int(r[col[c]] or 0), c[6:]) for c in stall_cols), reverse=True)[:2]
+        out.append(f"  {i:5d} {int(r[samples]):7d} {100 * int(r[samples]) / total:5.1f}%  "
+                   f"{r[col['Source']].strip()[:56]:56}  " + ", ".join(f"{name} {n}" for n, name in reasons))
+    return out
+
+
+def partition_lines(col, stall_cols, rows, per, min_share=0.05):
+    """Per partition (the code between setmaxnreg instructions) holding at least ``min_share``
+    of the samples: its samples, instructions per warp-step, main stall reasons and
+    most-sampled instructions (indices as in the kernel's rows)."""
+    samples = col["Warp Stall Sampling (All Samples)"]
+    parts, cur = [], []
+    for i, r in enumerate(rows):
+        if "USETMAXREG" in r[col["Source"]] and cur:
+            parts.append(cur)
+            cur = []
+        cur.append((i, r))
+    parts.append(cur)
+    total = sum(int(r[samples] or 0) for r in rows) or 1
+    out = ["partitions (between setmaxnreg):"]
+    for part in parts:
+        n = sum(int(r[samples] or 0) for _, r in part)
+        if n < min_share * total:
+            continue
+        stalls = collections.Counter()
+        for _, r in part:
+            for c in stall_cols:
+                stalls[c[6:]] += int(r[col[c]] or 0)
+        executed = sum(int(r[col["Instructions Executed"]] or 0) for _, r in part)
+        out.append(f" rows {part[0][0]}-{part[-1][0]}: {n} samples, {executed / per:.0f} instructions"
+                   + (" per warp-step; " if per != 1 else "; ")
+                   + ", ".join(f"{k} {100 * v / n:.0f}%" for k, v in stalls.most_common(5)))
+        lines = top_lines(col, stall_cols, [r for _, r in part], 8, min_share=0.012)
+        index = [i for i, _ in part]
+        out.extend(f"  {index[int(line.split()[0])]:5d}" + line[7:] for line in lines)
+    return out
 
 
 MEMORY_COLUMNS = ("L1 Wavefronts Shared", "L1 Wavefronts Shared Ideal",

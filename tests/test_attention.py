@@ -294,17 +294,13 @@ NARROW_PLAIN_CASES = [
 
 @pytest.mark.gpu
 @_SM90_ONLY
-@pytest.mark.parametrize("pair", [False, True], ids=["one consumer", "a pair of consumers"])
 @pytest.mark.parametrize("block_h", [8, 16])
 @pytest.mark.parametrize("p", NARROW_PLAIN_CASES)
-def test_gluon_narrow_plain(p, block_h, pair, device):
+def test_gluon_narrow_plain(p, block_h, device):
     """The few-head Gluon tile over bf16 and fp16 rows (kernels/gluon_narrow_plain.py: the
     consumers of kernels/gluon_narrow.py, rows copied by the plain rows' producer warps) matches
-    the reference, split and not; also with two consumer warpgroups on alternate steps
-    (``pingpong``), whose cases include programs of one step (the second warpgroup has none)
-    and of odd and even step counts."""
-    _check_gluon(p, configs.TileConfig(block_h, 64, 4, 2, gluon=True, producer_warp=True, pingpong=pair),
-                 device)
+    the reference, split and not."""
+    _check_gluon(p, configs.TileConfig(block_h, 64, 4, 2, gluon=True, producer_warp=True), device)
 
 
 def test_gluon_runs_where_it_applies(device, monkeypatch):

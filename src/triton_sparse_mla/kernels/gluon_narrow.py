@@ -40,8 +40,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
-from .gluon_sm90 import (FLAT, FLAT1, GATHER_W4, ROPE_W4, SMEM, _barrier, _lse_and_scale, _opaque_zero,
-                         _q_fresh, _q_values, _row_ids)
+from .gluon_sm90 import GATHER_W4, ROPE_W4, SMEM, _barrier, _lse_and_scale, _q_values, _row_ids
 
 
 @gluon.jit
@@ -70,32 +69,24 @@ def narrow_consumer(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_sme
                     free, p_idx, n_start, n_end, n_steps, n_rows, qk_scale, q_nope_ptr, q_pe_ptr, i_t,
                     h0, n_heads, stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h,
                     BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, LAT: gl.constexpr, NS: gl.constexpr,
-                    F16: gl.constexpr, FIRST: gl.constexpr, EVERY: gl.constexpr, q_ready):
-    """A consumer warpgroup: steps ``FIRST, FIRST + EVERY, ...`` of the program's range (every
-    step with ``FIRST`` 0 and ``EVERY`` 1; one of a pair: :func:`narrow_pair_first`). The
-    warpgroup with ``FIRST`` 0 first loads q into ``q_s*`` (from ``q_nope_ptr`` to
-    ``stride_qp_h``: :func:`gluon_sm90._q_values`'s arguments) while the producer's first
-    copies fly, and arrives on ``q_ready`` (an mbarrier of count 1, or None) when it is there;
-    another waits on it. Then each step waits for its slot's rows (``ready``),
+                    F16: gl.constexpr):
+    """The consumer warpgroup: first q into ``q_s*`` (from ``q_nope_ptr`` to ``stride_qp_h``:
+    :func:`gluon_sm90._q_values`'s arguments), loaded here while the producer's first copies
+    fly. Then each step waits for its slot's rows (``ready``),
     computes the transposed scores, the online softmax along the rows, P^T into ``p_smem`` and
     the transposed PV dots, then frees the slot (``free``). Returns the four output
     accumulators [LAT, BLOCK_H] (fp32), the running max [BLOCK_H] (base 2) and the per-entry
     denominators [BLOCK_N, BLOCK_H]."""
-    if FIRST == 0:
-        b_q0, b_q1, b_q2, b_q3, b_qp = _q_values(q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
-                                                 stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, LAT,
-                                                 q_sp.shape[1], F16, GATHER_W4, ROPE_W4)
-        q_s0.store(b_q0)
-        q_s1.store(b_q1)
-        q_s2.store(b_q2)
-        q_s3.store(b_q3)
-        q_sp.store(b_qp)
-        fence_async_shared()  # q's stores (generic proxy) before the wgmma's reads
-        _barrier()  # every consumer thread's part
-        if q_ready is not None:
-            mbarrier.arrive(q_ready, count=1)
-    else:
-        mbarrier.wait(q_ready, 0)
+    b_q0, b_q1, b_q2, b_q3, b_qp = _q_values(q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
+                                             stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, LAT,
+                                             q_sp.shape[1], F16, GATHER_W4, ROPE_W4)
+    q_s0.store(b_q0)
+    q_s1.store(b_q1)
+    q_s2.store(b_q2)
+    q_s3.store(b_q3)
+    q_sp.store(b_qp)
+    fence_async_shared()  # q's stores (generic proxy) before the wgmma's reads
+    _barrier()  # every consumer thread's part
     # the accumulators' layout: one warpgroup, heads along N
     T_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                   instr_shape=[16, BLOCK_H, 16])
@@ -106,28 +97,24 @@ def narrow_consumer(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_sme
     acc2 = gl.zeros([LAT, BLOCK_H], gl.float32, layout=T_L)
     acc3 = gl.zeros([LAT, BLOCK_H], gl.float32, layout=T_L)
     s_zero = gl.zeros([BLOCK_N, BLOCK_H], gl.float32, layout=T_L)
-    for i in range(FIRST, n_steps, EVERY):
+    for i in range(n_steps):
         slot = i % NS
+        # the rows' ids (the softmax's mask) loaded before the score dots, which hide their
+        # latency: loaded after the dots' wait, they stalled 9-10% of the consumers' samples in
+        # prefill over 32K rows (run 219); loaded here, 1.02-1.035x there (run 220)
+        b_idx = _row_ids(p_idx, n_start + i * BLOCK_N, n_end, gl.SliceLayout(1, T_L), BLOCK_N)
         mbarrier.wait(ready.index(slot), (i // NS) & 1)
         fence_async_shared()  # the producer's stores (generic proxy) before the wgmma's reads
         k0 = k_s0.index(slot)
         k1 = k_s1.index(slot)
         k2 = k_s2.index(slot)
         k3 = k_s3.index(slot)
-        if EVERY == 1:
-            q0, q1, q2, q3, qp = q_s0, q_s1, q_s2, q_s3, q_sp
-        else:  # (one of a pair, with fewer registers: q's descriptors not hoisted, where they spilled)
-            z = _opaque_zero(i, n_steps)
-            q0, q1, q2, q3, qp = (_q_fresh(q_s0, z), _q_fresh(q_s1, z), _q_fresh(q_s2, z), _q_fresh(q_s3, z),
-                                  _q_fresh(q_sp, z))
-        s = warpgroup_mma(k0, q0.permute((1, 0)), s_zero, use_acc=False, is_async=True)
-        s = warpgroup_mma(k1, q1.permute((1, 0)), s, is_async=True)
-        s = warpgroup_mma(k2, q2.permute((1, 0)), s, is_async=True)
-        s = warpgroup_mma(k3, q3.permute((1, 0)), s, is_async=True)
-        s = warpgroup_mma(kp_smem.index(slot), qp.permute((1, 0)), s, is_async=True)
+        s = warpgroup_mma(k0, q_s0.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        s = warpgroup_mma(k1, q_s1.permute((1, 0)), s, is_async=True)
+        s = warpgroup_mma(k2, q_s2.permute((1, 0)), s, is_async=True)
+        s = warpgroup_mma(k3, q_s3.permute((1, 0)), s, is_async=True)
+        s = warpgroup_mma(kp_smem.index(slot), q_sp.permute((1, 0)), s, is_async=True)
         s = warpgroup_mma_wait(0, deps=[s])
-
-        b_idx = _row_ids(p_idx, n_start + i * BLOCK_N, n_end, gl.SliceLayout(1, T_L), BLOCK_N)
         b_m, b_l2, acc0, acc1, acc2, acc3 = narrow_softmax(s, b_idx, n_rows, qk_scale, b_m, b_l2, acc0, acc1,
                                                            acc2, acc3, p_smem)
         fence_async_shared()  # this thread's part of P^T, for the wgmma
@@ -137,74 +124,6 @@ def narrow_consumer(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_sme
         _barrier()
         mbarrier.arrive(free.index(slot), count=1)
     return acc0, acc1, acc2, acc3, b_m, b_l2
-
-
-@gluon.jit
-def narrow_hand_over_tiles(BLOCK_H: gl.constexpr, LAT: gl.constexpr):
-    """The shared memory through which the second consumer warpgroup of a pair hands its state
-    to the first: its four output accumulators [4, LAT, BLOCK_H] and its running max and
-    denominator [2, BLOCK_H] (fp32), and the mbarrier (count 1) that says they are there."""
-    # (each thread stores and loads its own elements, in the accumulators' layout)
-    x_acc = gl.allocate_shared_memory(gl.float32, [4, LAT, BLOCK_H], FLAT)
-    x_ml = gl.allocate_shared_memory(gl.float32, [2, BLOCK_H], FLAT1)
-    done = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    mbarrier.init(done, count=1)
-    return x_acc, x_ml, done
-
-
-@gluon.jit
-def narrow_pair_first(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_smem, p_smem, ready,
-                      free, p_idx, n_start, n_end, n_steps, n_rows, qk_scale, q_nope_ptr, q_pe_ptr,
-                      i_t, h0, n_heads, stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h, q_ready,
-                      x_acc, x_ml, done, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
-                      LAT: gl.constexpr, NS: gl.constexpr, F16: gl.constexpr):
-    """The first of a pair of consumer warpgroups on alternate steps (the even ones; with two
-    ring slots, always slot 0): :func:`narrow_consumer` with ``FIRST`` 0 and ``EVERY`` 2, then
-    the second warpgroup's state (:func:`narrow_pair_second`) merged into its own. Each
-    warpgroup holds the whole output of the program's heads over its own steps' rows, so the
-    pair exchanges nothing until the end. Returns :func:`narrow_consumer`'s values for the
-    program's whole range, the denominators summed over the rows ([BLOCK_H])."""
-    acc0, acc1, acc2, acc3, b_m, b_l2 = narrow_consumer(
-        q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_smem, p_smem, ready, free, p_idx,
-        n_start, n_end, n_steps, n_rows, qk_scale, q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
-        stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, BLOCK_N, LAT, NS, F16, 0, 2, q_ready)
-    T_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                  instr_shape=[16, BLOCK_H, 16])
-    H_L: gl.constexpr = gl.SliceLayout(0, T_L)
-    mbarrier.wait(done, 0)
-    b_m1 = x_ml.index(0).load(H_L)
-    b_m_all = gl.maximum(b_m, b_m1)
-    a0 = gl.exp2(b_m - b_m_all)
-    a1 = gl.exp2(b_m1 - b_m_all)
-    b_l = gl.sum(b_l2, axis=0) * a0 + x_ml.index(1).load(H_L) * a1
-    acc0 = acc0 * a0[None, :] + x_acc.index(0).load(T_L) * a1[None, :]
-    acc1 = acc1 * a0[None, :] + x_acc.index(1).load(T_L) * a1[None, :]
-    acc2 = acc2 * a0[None, :] + x_acc.index(2).load(T_L) * a1[None, :]
-    acc3 = acc3 * a0[None, :] + x_acc.index(3).load(T_L) * a1[None, :]
-    return acc0, acc1, acc2, acc3, b_m_all, b_l
-
-
-@gluon.jit
-def narrow_pair_second(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_smem, p_smem, ready,
-                       free, p_idx, n_start, n_end, n_steps, n_rows, qk_scale, q_nope_ptr, q_pe_ptr,
-                       i_t, h0, n_heads, stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h, q_ready,
-                       x_acc, x_ml, done, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
-                       LAT: gl.constexpr, NS: gl.constexpr, F16: gl.constexpr):
-    """The second of a pair of consumer warpgroups (:func:`narrow_pair_first`): the odd steps
-    (``p_smem`` its own P^T tile), then its accumulators, running max and summed denominators
-    into ``x_acc`` and ``x_ml``, and one arrival on ``done``."""
-    acc0, acc1, acc2, acc3, b_m, b_l2 = narrow_consumer(
-        q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_smem, p_smem, ready, free, p_idx,
-        n_start, n_end, n_steps, n_rows, qk_scale, q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
-        stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, BLOCK_N, LAT, NS, F16, 1, 2, q_ready)
-    x_acc.index(0).store(acc0)
-    x_acc.index(1).store(acc1)
-    x_acc.index(2).store(acc2)
-    x_acc.index(3).store(acc3)
-    x_ml.index(0).store(b_m)
-    x_ml.index(1).store(gl.sum(b_l2, axis=0))
-    _barrier()  # every thread's stores, before the one arrival
-    mbarrier.arrive(done, count=1)
 
 
 @gluon.jit
@@ -241,17 +160,16 @@ def narrow_pv(k0, k1, k2, k3, p_smem, acc0, acc1, acc2, acc3):
 
 
 @gluon.jit
-def narrow_epilogue(acc0, acc1, acc2, acc3, b_m, b_l, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0,
+def narrow_epilogue(acc0, acc1, acc2, acc3, b_m, b_l2, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0,
                     n_heads, stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
                     HAS_SINK: gl.constexpr, PARTIAL: gl.constexpr, BLOCK_H: gl.constexpr,
                     LAT: gl.constexpr):
-    """gluon_sm90._epilogue for the transposed accumulators and the denominators summed over
-    the rows (``b_l`` [BLOCK_H]): the final output, lse and sink, or with PARTIAL the partial
-    output and base-2 lse."""
+    """gluon_sm90._epilogue for the transposed accumulators: the final output, lse and sink,
+    or with PARTIAL the partial output and base-2 lse."""
     # the accumulators' layout: one warpgroup, heads along N
     T_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                   instr_shape=[16, BLOCK_H, 16])
-    b_inv_l = _lse_and_scale(b_m, b_l, sink_ptr, lse_ptr, i_t, i_s, h0, n_heads,
+    b_inv_l = _lse_and_scale(b_m, gl.sum(b_l2, axis=0), sink_ptr, lse_ptr, i_t, i_s, h0, n_heads,
                              stride_lse_t, stride_lse_h, HAS_SINK, PARTIAL, True, BLOCK_H)
     inv_l = b_inv_l[None, :]
     o_h = h0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(0, T_L))

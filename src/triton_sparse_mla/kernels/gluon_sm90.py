@@ -203,21 +203,6 @@ def _load_q(q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t, stride_qn_h, st
 
 
 @gluon.jit
-def _opaque_zero(j, n_steps):
-    """Zero, computed from the loop index ``j`` and ``n_steps`` (``n_steps < 2^30``) so that
-    the compiler cannot fold it: an index that keeps shared-memory addresses and wgmma
-    descriptors from being hoisted out of the loops, where they stay live and spill."""
-    return (j + n_steps) >> 30
-
-
-@gluon.jit
-def _q_fresh(q_s, z):
-    """q tile ``q_s`` seen through ``z`` (``_opaque_zero``): its wgmma descriptor is then
-    computed where it is used instead of hoisted out of the loop."""
-    return q_s._reinterpret(q_s.dtype, [1] + q_s.shape, q_s.layout).index(z)
-
-
-@gluon.jit
 def _tile_origin(n_heads, BLOCK_H: gl.constexpr):
     """``(i_t, h0)``: this program's token and first head (head tiles fastest, as
     kernels/attention.py orders them)."""
@@ -760,8 +745,8 @@ def tile_variant(tile, fp8: bool):
     if tile.block_h < 64:
         from . import gluon_narrow_plain
 
-        return (gluon_narrow_plain.sparse_mla_gluon_narrow_kernel,
-                dict(NS=NS, PW=pw, BLOCK_H=tile.block_h, PAIR=tile.pingpong), tile.num_warps)
+        return (gluon_narrow_plain.sparse_mla_gluon_narrow_kernel, dict(NS=NS, PW=pw, BLOCK_H=tile.block_h),
+                tile.num_warps)
     if tile.pingpong:
         from . import gluon_pingpong
 

@@ -108,9 +108,7 @@ class TileConfig:
     # bf16/fp16 rows; fp8_ds_mla rows ignore it. 1.03-1.22x of the lockstep producer kernel
     # with 8 producer warps in decode T=32/128 and prefill T=4096, 64 and 128 heads (H200,
     # 2026-12-03, run 153; BENCHMARKS.md "The alternate-tile kernel shipped");
-    # shipped (sm90's _G64). On the few-head tile over bf16/fp16 rows (up to 8 heads:
-    # kernels/gluon_narrow_plain.py's PAIR) the two consumer warpgroups take alternate steps
-    # over three ring slots, each with the whole output of its steps' rows, merged at the end.
+    # shipped (sm90's _G64).
     pingpong: bool = False
     # With ``gluon``: the Triton tile a call runs where the Gluon kernel does not apply
     # (``without_gluon``; the planner decides it per call, kernels.attention.gluon_applies).
@@ -153,9 +151,6 @@ class TileConfig:
         if self.pingpong and self.wide_producer:
             raise ValueError("pingpong: the alternate-tile Gluon kernel's producer has 4 warps; "
                              "unset wide_producer")
-        if self.pingpong and narrow and self.block_h > 8:
-            raise ValueError(f"pingpong: the few-head tile's pair of consumers has three ring slots, "
-                             f"which fit beside q for up to 8 heads, got {self.block_h}")
         if self.pingpong and self.qk_ahead:
             raise ValueError("pingpong: the alternate-tile Gluon kernel has no qk_ahead; unset "
                              "one of them")

@@ -335,13 +335,13 @@ def sparse_mla_gluon_fp8_ws_kernel(
                                              p_smem, ready, free, p_idx, n_start, n_end, n_steps, n_rows,
                                              qk_scale, q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
                                              stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, BLOCK_N,
-                                             LAT, NS, F16, 0, 1, None)),
+                                             LAT, NS, F16)),
              (_fp8_producer, (kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2,
                               k_s3, kp_smem, sc_smem, landed, ready, free, BLOCK_N, NS, PW, F16, SWAP))],
             [PW], [REGS])
-        gluon_narrow.narrow_epilogue(acc0, acc1, acc2, acc3, b_m, gl.sum(b_l2, axis=0), sink_ptr, out_ptr,
-                                     lse_ptr, i_t, i_s, h0, n_heads, stride_o_t, stride_o_h, stride_o_s,
-                                     stride_lse_t, stride_lse_h, HAS_SINK, PARTIAL, BLOCK_H, LAT)
+        gluon_narrow.narrow_epilogue(acc0, acc1, acc2, acc3, b_m, b_l2, sink_ptr, out_ptr, lse_ptr, i_t,
+                                     i_s, h0, n_heads, stride_o_t, stride_o_h, stride_o_s, stride_lse_t,
+                                     stride_lse_h, HAS_SINK, PARTIAL, BLOCK_H, LAT)
     else:
         acc0, acc1, acc2, acc3, b_m, b_l2 = gl.warp_specialize(
             [(_ws_consumer, (q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_smem, p_smem, ready,

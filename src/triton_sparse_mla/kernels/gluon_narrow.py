@@ -40,37 +40,16 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
-from .gluon_sm90 import (FLAT, FLAT1, GATHER_W4, ROPE_W4, SMEM, _barrier, _lse_and_scale, _opaque_zero,
-                         _q_fresh, _q_values, _row_ids)
-
-
-@gluon.constexpr_function
-def p_layout(BLOCK_H):
-    """P^T's shared layout: [BLOCK_N, BLOCK_H] of a 16-bit type, heads contiguous."""
-    return gl.NVMMASharedLayout(swizzle_byte_width=2 * BLOCK_H if BLOCK_H >= 16 else 0, element_bitwidth=16,
-                                rank=2)
+from .gluon_sm90 import GATHER_W4, ROPE_W4, SMEM, _barrier, _lse_and_scale, _q_values, _row_ids
 
 
 @gluon.jit
 def narrow_p_tile(dtype: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_H: gl.constexpr):
     """P^T's shared memory: [BLOCK_N, BLOCK_H] of ``dtype`` (16-bit), heads contiguous."""
-    return gl.allocate_shared_memory(dtype, [BLOCK_N, BLOCK_H], p_layout(BLOCK_H))
-
-
-@gluon.jit
-def _rope_as(tile, layout: gl.constexpr, BLOCK_H: gl.constexpr):
-    """A ring slot's tile ``tile`` [BLOCK_N, COLS] (16-bit) seen as a [BLOCK_N, BLOCK_H] tile of
-    its element type in ``layout`` (its first BLOCK_N x BLOCK_H elements' bytes)."""
-    BLOCK_N: gl.constexpr = tile.shape[0]
-    return tile._reinterpret(tile.dtype, [tile.shape[1] // BLOCK_H, BLOCK_N, BLOCK_H], layout).index(0)
-
-
-@gluon.jit
-def _fp32_in(tile, LAT: gl.constexpr, BLOCK_H: gl.constexpr):
-    """A latent ring slot ``tile`` [BLOCK_N, LAT] (16-bit) seen as an fp32 [LAT, BLOCK_H] tile
-    (its first LAT x BLOCK_H x 4 bytes; BLOCK_H <= BLOCK_N // 2)."""
-    COPIES: gl.constexpr = tile.shape[0] * tile.shape[1] * 2 // (LAT * BLOCK_H * 4)
-    return tile._reinterpret(gl.float32, [COPIES, LAT, BLOCK_H], FLAT).index(0)
+    return gl.allocate_shared_memory(
+        dtype, [BLOCK_N, BLOCK_H],
+        gl.NVMMASharedLayout(swizzle_byte_width=2 * BLOCK_H if BLOCK_H >= 16 else 0, element_bitwidth=16,
+                             rank=2))
 
 
 @gluon.jit
@@ -90,33 +69,24 @@ def narrow_consumer(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_sme
                     free, p_idx, n_start, n_end, n_steps, n_rows, qk_scale, q_nope_ptr, q_pe_ptr, i_t,
                     h0, n_heads, stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h,
                     BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, LAT: gl.constexpr, NS: gl.constexpr,
-                    F16: gl.constexpr, FIRST: gl.constexpr, EVERY: gl.constexpr, q_ready):
-    """A consumer warpgroup: steps ``FIRST, FIRST + EVERY, ...`` of the program's range (every
-    step with ``FIRST`` 0 and ``EVERY`` 1; one of a pair: :func:`narrow_pair_first`). The
-    warpgroup with ``FIRST`` 0 first loads q into ``q_s*`` (from ``q_nope_ptr`` to
-    ``stride_qp_h``: :func:`gluon_sm90._q_values`'s arguments) while the producer's first
-    copies fly, and arrives on ``q_ready`` (an mbarrier of count 1, or None) when it is there;
-    another waits on it. Then each step waits for its slot's rows (``ready``),
-    computes the transposed scores, the online softmax along the rows, P^T into ``p_smem`` (or,
-    where it is None, into the slot's rope tile once the score dots have read it) and
+                    F16: gl.constexpr):
+    """The consumer warpgroup: first q into ``q_s*`` (from ``q_nope_ptr`` to ``stride_qp_h``:
+    :func:`gluon_sm90._q_values`'s arguments), loaded here while the producer's first copies
+    fly. Then each step waits for its slot's rows (``ready``),
+    computes the transposed scores, the online softmax along the rows, P^T into ``p_smem`` and
     the transposed PV dots, then frees the slot (``free``). Returns the four output
     accumulators [LAT, BLOCK_H] (fp32), the running max [BLOCK_H] (base 2) and the per-entry
     denominators [BLOCK_N, BLOCK_H]."""
-    if FIRST == 0:
-        b_q0, b_q1, b_q2, b_q3, b_qp = _q_values(q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
-                                                 stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, LAT,
-                                                 q_sp.shape[1], F16, GATHER_W4, ROPE_W4)
-        q_s0.store(b_q0)
-        q_s1.store(b_q1)
-        q_s2.store(b_q2)
-        q_s3.store(b_q3)
-        q_sp.store(b_qp)
-        fence_async_shared()  # q's stores (generic proxy) before the wgmma's reads
-        _barrier()  # every consumer thread's part
-        if q_ready is not None:
-            mbarrier.arrive(q_ready, count=1)
-    else:
-        mbarrier.wait(q_ready, 0)
+    b_q0, b_q1, b_q2, b_q3, b_qp = _q_values(q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
+                                             stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, LAT,
+                                             q_sp.shape[1], F16, GATHER_W4, ROPE_W4)
+    q_s0.store(b_q0)
+    q_s1.store(b_q1)
+    q_s2.store(b_q2)
+    q_s3.store(b_q3)
+    q_sp.store(b_qp)
+    fence_async_shared()  # q's stores (generic proxy) before the wgmma's reads
+    _barrier()  # every consumer thread's part
     # the accumulators' layout: one warpgroup, heads along N
     T_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                   instr_shape=[16, BLOCK_H, 16])
@@ -127,7 +97,7 @@ def narrow_consumer(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_sme
     acc2 = gl.zeros([LAT, BLOCK_H], gl.float32, layout=T_L)
     acc3 = gl.zeros([LAT, BLOCK_H], gl.float32, layout=T_L)
     s_zero = gl.zeros([BLOCK_N, BLOCK_H], gl.float32, layout=T_L)
-    for i in range(FIRST, n_steps, EVERY):
+    for i in range(n_steps):
         slot = i % NS
         # the rows' ids (the softmax's mask) loaded before the score dots, which hide their
         # latency: loaded after the dots' wait, they stalled 9-10% of the consumers' samples in
@@ -139,111 +109,21 @@ def narrow_consumer(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_sme
         k1 = k_s1.index(slot)
         k2 = k_s2.index(slot)
         k3 = k_s3.index(slot)
-        if EVERY == 1:
-            q0, q1, q2, q3, qp = q_s0, q_s1, q_s2, q_s3, q_sp
-        else:  # (one of a pair, with fewer registers: q's descriptors not hoisted, where they spilled)
-            z = _opaque_zero(i, n_steps)
-            q0, q1, q2, q3, qp = (_q_fresh(q_s0, z), _q_fresh(q_s1, z), _q_fresh(q_s2, z), _q_fresh(q_s3, z),
-                                  _q_fresh(q_sp, z))
-        s = warpgroup_mma(k0, q0.permute((1, 0)), s_zero, use_acc=False, is_async=True)
-        s = warpgroup_mma(k1, q1.permute((1, 0)), s, is_async=True)
-        s = warpgroup_mma(k2, q2.permute((1, 0)), s, is_async=True)
-        s = warpgroup_mma(k3, q3.permute((1, 0)), s, is_async=True)
-        s = warpgroup_mma(kp_smem.index(slot), qp.permute((1, 0)), s, is_async=True)
+        s = warpgroup_mma(k0, q_s0.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        s = warpgroup_mma(k1, q_s1.permute((1, 0)), s, is_async=True)
+        s = warpgroup_mma(k2, q_s2.permute((1, 0)), s, is_async=True)
+        s = warpgroup_mma(k3, q_s3.permute((1, 0)), s, is_async=True)
+        s = warpgroup_mma(kp_smem.index(slot), q_sp.permute((1, 0)), s, is_async=True)
         s = warpgroup_mma_wait(0, deps=[s])
-        if p_smem is None:  # (P^T into the slot's rope tile, which the score dots have read)
-            p_t = _rope_as(kp_smem.index(slot), p_layout(BLOCK_H), BLOCK_H)
-        else:
-            p_t = p_smem
         b_m, b_l2, acc0, acc1, acc2, acc3 = narrow_softmax(s, b_idx, n_rows, qk_scale, b_m, b_l2, acc0, acc1,
-                                                           acc2, acc3, p_t)
+                                                           acc2, acc3, p_smem)
         fence_async_shared()  # this thread's part of P^T, for the wgmma
         _barrier()  # every consumer thread's part
-        acc0, acc1, acc2, acc3 = narrow_pv(k0, k1, k2, k3, p_t, acc0, acc1, acc2, acc3)
+        acc0, acc1, acc2, acc3 = narrow_pv(k0, k1, k2, k3, p_smem, acc0, acc1, acc2, acc3)
         # every consumer warp's PV dots (which read the slot and P^T) are done: free the slot
         _barrier()
         mbarrier.arrive(free.index(slot), count=1)
     return acc0, acc1, acc2, acc3, b_m, b_l2
-
-
-@gluon.jit
-def narrow_hand_over_tiles(BLOCK_H: gl.constexpr):
-    """The shared memory through which the second consumer warpgroup of a pair hands its
-    running max and denominator [2, BLOCK_H] (fp32) to the first, and the mbarrier (count 1)
-    that says they and its accumulators (:func:`_hand_over_slot`) are there."""
-    x_ml = gl.allocate_shared_memory(gl.float32, [2, BLOCK_H], FLAT1)
-    done = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    mbarrier.init(done, count=1)
-    return x_ml, done
-
-
-@gluon.jit
-def _hand_over_slot(n_steps, NS: gl.constexpr):
-    """The ring slot through which the second consumer warpgroup of a pair hands over its four
-    accumulators (fp32, each in its latent tile of the slot, :func:`_fp32_in`): that of its last
-    step, which no copy and no other step touches after it (a later step, the first
-    warpgroup's last, is in the next slot); slot 1 if it had no step (only step 0 ran)."""
-    last = n_steps - 1 - (n_steps % 2)  # (the last odd step)
-    return gl.where(n_steps >= 2, last % NS, 1)
-
-
-@gluon.jit
-def narrow_pair_first(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_smem, p_smem, ready,
-                      free, p_idx, n_start, n_end, n_steps, n_rows, qk_scale, q_nope_ptr, q_pe_ptr,
-                      i_t, h0, n_heads, stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h, q_ready,
-                      x_ml, done, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
-                      LAT: gl.constexpr, NS: gl.constexpr, F16: gl.constexpr):
-    """The first of a pair of consumer warpgroups on alternate steps (the even ones):
-    :func:`narrow_consumer` with ``FIRST`` 0 and ``EVERY`` 2 (``p_smem`` None: each step's P^T in
-    its slot's rope tile), then the second warpgroup's state (:func:`narrow_pair_second`)
-    merged into its own. Each warpgroup holds the whole output of the program's heads over its
-    own steps' rows, so the pair exchanges nothing until the end. With NS = 3 ring slots a
-    warpgroup's step overlaps the other's and a third slot's copies. Returns
-    :func:`narrow_consumer`'s values for the program's whole range, the denominators summed
-    over the rows ([BLOCK_H])."""
-    acc0, acc1, acc2, acc3, b_m, b_l2 = narrow_consumer(
-        q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_smem, p_smem, ready, free, p_idx,
-        n_start, n_end, n_steps, n_rows, qk_scale, q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
-        stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, BLOCK_N, LAT, NS, F16, 0, 2, q_ready)
-    T_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                  instr_shape=[16, BLOCK_H, 16])
-    H_L: gl.constexpr = gl.SliceLayout(0, T_L)
-    mbarrier.wait(done, 0)
-    b_m1 = x_ml.index(0).load(H_L)
-    b_m_all = gl.maximum(b_m, b_m1)
-    a0 = gl.exp2(b_m - b_m_all)
-    a1 = gl.exp2(b_m1 - b_m_all)
-    b_l = gl.sum(b_l2, axis=0) * a0 + x_ml.index(1).load(H_L) * a1
-    slot = _hand_over_slot(n_steps, NS)
-    acc0 = acc0 * a0[None, :] + _fp32_in(k_s0.index(slot), LAT, BLOCK_H).load(T_L) * a1[None, :]
-    acc1 = acc1 * a0[None, :] + _fp32_in(k_s1.index(slot), LAT, BLOCK_H).load(T_L) * a1[None, :]
-    acc2 = acc2 * a0[None, :] + _fp32_in(k_s2.index(slot), LAT, BLOCK_H).load(T_L) * a1[None, :]
-    acc3 = acc3 * a0[None, :] + _fp32_in(k_s3.index(slot), LAT, BLOCK_H).load(T_L) * a1[None, :]
-    return acc0, acc1, acc2, acc3, b_m_all, b_l
-
-
-@gluon.jit
-def narrow_pair_second(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_smem, p_smem, ready,
-                       free, p_idx, n_start, n_end, n_steps, n_rows, qk_scale, q_nope_ptr, q_pe_ptr,
-                       i_t, h0, n_heads, stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h, q_ready,
-                       x_ml, done, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
-                       LAT: gl.constexpr, NS: gl.constexpr, F16: gl.constexpr):
-    """The second of a pair of consumer warpgroups (:func:`narrow_pair_first`): the odd steps,
-    then its accumulators into the slot of its last step (:func:`_hand_over_slot`), its running
-    max and summed denominators into ``x_ml``, and one arrival on ``done``."""
-    acc0, acc1, acc2, acc3, b_m, b_l2 = narrow_consumer(
-        q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_smem, p_smem, ready, free, p_idx,
-        n_start, n_end, n_steps, n_rows, qk_scale, q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
-        stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, BLOCK_N, LAT, NS, F16, 1, 2, q_ready)
-    slot = _hand_over_slot(n_steps, NS)
-    _fp32_in(k_s0.index(slot), LAT, BLOCK_H).store(acc0)
-    _fp32_in(k_s1.index(slot), LAT, BLOCK_H).store(acc1)
-    _fp32_in(k_s2.index(slot), LAT, BLOCK_H).store(acc2)
-    _fp32_in(k_s3.index(slot), LAT, BLOCK_H).store(acc3)
-    x_ml.index(0).store(b_m)
-    x_ml.index(1).store(gl.sum(b_l2, axis=0))
-    _barrier()  # every thread's stores, before the one arrival
-    mbarrier.arrive(done, count=1)
 
 
 @gluon.jit
@@ -280,17 +160,16 @@ def narrow_pv(k0, k1, k2, k3, p_smem, acc0, acc1, acc2, acc3):
 
 
 @gluon.jit
-def narrow_epilogue(acc0, acc1, acc2, acc3, b_m, b_l, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0,
+def narrow_epilogue(acc0, acc1, acc2, acc3, b_m, b_l2, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0,
                     n_heads, stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
                     HAS_SINK: gl.constexpr, PARTIAL: gl.constexpr, BLOCK_H: gl.constexpr,
                     LAT: gl.constexpr):
-    """gluon_sm90._epilogue for the transposed accumulators and the denominators summed over
-    the rows (``b_l`` [BLOCK_H]): the final output, lse and sink, or with PARTIAL the partial
-    output and base-2 lse."""
+    """gluon_sm90._epilogue for the transposed accumulators: the final output, lse and sink,
+    or with PARTIAL the partial output and base-2 lse."""
     # the accumulators' layout: one warpgroup, heads along N
     T_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                   instr_shape=[16, BLOCK_H, 16])
-    b_inv_l = _lse_and_scale(b_m, b_l, sink_ptr, lse_ptr, i_t, i_s, h0, n_heads,
+    b_inv_l = _lse_and_scale(b_m, gl.sum(b_l2, axis=0), sink_ptr, lse_ptr, i_t, i_s, h0, n_heads,
                              stride_lse_t, stride_lse_h, HAS_SINK, PARTIAL, True, BLOCK_H)
     inv_l = b_inv_l[None, :]
     o_h = h0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(0, T_L))

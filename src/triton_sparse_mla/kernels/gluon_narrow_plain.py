@@ -20,15 +20,6 @@ from .gluon_sm90 import _NOT_SPECIALIZED, _barrier, _latent_ring, _split_range, 
 # The producer warps copy only (their ids and addresses): 128 registers leave the consumer
 # warpgroup the rest of the register file, as in the fp8_ds_mla few-head kernel.
 PRODUCER_REGS = gl.constexpr(128)
-# With PAIR, the ring's slots: three, so that each warpgroup's step overlaps the other's and a
-# third slot's copies (with two, each warpgroup held one slot from its fill to its PV dots and
-# the pair ran no faster than one consumer: H200, 2026-12-04, runs 218-220). 74 KB each: 8 heads
-# only (q 9 KB; P^T in each step's rope tile, the hand-over in a slot: 230.5 KB of 227 KB... of
-# the 232,448 bytes an SM90 program may take).
-PAIR_SLOTS = 3
-# With PAIR, the second consumer warpgroup's registers (the first, the kernel's own warps, gets
-# what the producer and it leave): 16 heads need about 120 (64 of them accumulators).
-SECOND_REGS = gl.constexpr(168)
 
 
 @gluon.jit(do_not_specialize=_NOT_SPECIALIZED)
@@ -39,63 +30,38 @@ def sparse_mla_gluon_narrow_kernel(
     stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
     HAS_LEN: gl.constexpr, HAS_SINK: gl.constexpr, PARTIAL: gl.constexpr,
     BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
-    NS: gl.constexpr, PW: gl.constexpr, PAIR: gl.constexpr,
+    NS: gl.constexpr, PW: gl.constexpr,
 ):
     """One program per (token, head tile, split), as gluon_sm90's kernels: ``PW`` producer warps
     copy each step's rows into an NS-slot ring and complete its ``ready`` barrier when their
     copies land; the consumer warpgroup (gluon_narrow.narrow_consumer) loads q, then computes
-    each step and frees its slot. With PAIR (``TileConfig.pingpong``) two consumer warpgroups
-    take alternate steps, each its own slot of the two, and merge their states at the end
-    (gluon_narrow.narrow_pair_first), so that one's dots run during the other's softmax.
-    Arguments as gluon_sm90.kernel_args gives them."""
+    each step and frees its slot. Arguments as gluon_sm90.kernel_args gives them."""
     i_t, h0 = _tile_origin(n_heads, BLOCK_H)
     dt: gl.constexpr = kv_ptr.dtype.element_ty  # bf16 or fp16, as q (kernels.attention)
     # q is stored by the consumers inside their partition
     q_s0, q_s1, q_s2, q_s3, q_sp = gluon_narrow.narrow_q_tiles(dt, dt, BLOCK_H, LAT, D_PE)
     k_s0, k_s1, k_s2, k_s3, kp_smem = _latent_ring(dt, dt, BLOCK_N, LAT, D_PE, NS)
-    if not PAIR:
-        p_smem = gluon_narrow.narrow_p_tile(dt, BLOCK_N, BLOCK_H)
+    p_smem = gluon_narrow.narrow_p_tile(dt, BLOCK_N, BLOCK_H)
     ready = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
     free = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
     for j in gl.static_range(NS):
         mbarrier.init(ready.index(j), count=32 * PW)  # one copy-completion per producer thread
         mbarrier.init(free.index(j), count=1)
-    if PAIR:  # (P^T in each step's rope tile; the second consumer's hand-over in a ring slot)
-        x_ml, done = gluon_narrow.narrow_hand_over_tiles(BLOCK_H)
-        q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-        mbarrier.init(q_ready, count=1)
     fence_async_shared()  # the barriers' initialisation, before the partitions
     _barrier()
 
     i_s = gl.program_id(1)
     n_start, n_end, n_steps = _split_range(len_ptr, i_t, i_s, split_size, topk, HAS_LEN, BLOCK_N)
     p_idx = idx_ptr + i_t * stride_idx_t
-    if PAIR:
-        acc0, acc1, acc2, acc3, b_m, b_l = gl.warp_specialize(
-            [(gluon_narrow.narrow_pair_first, (q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_smem,
-                                               None, ready, free, p_idx, n_start, n_end, n_steps, n_rows,
-                                               qk_scale, q_nope_ptr, q_pe_ptr, i_t, h0, n_heads,
-                                               stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h, q_ready,
-                                               x_ml, done, BLOCK_H, BLOCK_N, LAT, NS, False)),
-             (gluon_narrow.narrow_pair_second, (q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_smem,
-                                                None, ready, free, p_idx, n_start, n_end, n_steps, n_rows,
-                                                qk_scale, q_nope_ptr, q_pe_ptr, i_t, h0, n_heads,
-                                                stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h, q_ready,
-                                                x_ml, done, BLOCK_H, BLOCK_N, LAT, NS, False)),
-             (_ws_producer, (kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2,
-                             k_s3, kp_smem, ready, free, BLOCK_N, LAT, D_PE, NS, PW, 2))],
-            [4, PW], [SECOND_REGS, PRODUCER_REGS])
-    else:
-        acc0, acc1, acc2, acc3, b_m, b_l2 = gl.warp_specialize(
-            [(gluon_narrow.narrow_consumer, (q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_smem,
-                                             p_smem, ready, free, p_idx, n_start, n_end, n_steps, n_rows,
-                                             qk_scale, q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
-                                             stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, BLOCK_N, LAT,
-                                             NS, False, 0, 1, None)),
-             (_ws_producer, (kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2,
-                             k_s3, kp_smem, ready, free, BLOCK_N, LAT, D_PE, NS, PW, 1))],
-            [PW], [PRODUCER_REGS])
-        b_l = gl.sum(b_l2, axis=0)
-    gluon_narrow.narrow_epilogue(acc0, acc1, acc2, acc3, b_m, b_l, sink_ptr, out_ptr, lse_ptr, i_t, i_s,
+    acc0, acc1, acc2, acc3, b_m, b_l2 = gl.warp_specialize(
+        [(gluon_narrow.narrow_consumer, (q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_smem,
+                                         p_smem, ready, free, p_idx, n_start, n_end, n_steps, n_rows,
+                                         qk_scale, q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
+                                         stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, BLOCK_N, LAT,
+                                         NS, False)),
+         (_ws_producer, (kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2,
+                         k_s3, kp_smem, ready, free, BLOCK_N, LAT, D_PE, NS, PW))],
+        [PW], [PRODUCER_REGS])
+    gluon_narrow.narrow_epilogue(acc0, acc1, acc2, acc3, b_m, b_l2, sink_ptr, out_ptr, lse_ptr, i_t, i_s,
                                  h0, n_heads, stride_o_t, stride_o_h, stride_o_s, stride_lse_t,
                                  stride_lse_h, HAS_SINK, PARTIAL, BLOCK_H, LAT)

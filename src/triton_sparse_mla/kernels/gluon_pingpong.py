@@ -66,7 +66,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma_wait)
 
 from .gluon_sm90 import (FLAT1, SMEM, _NOT_SPECIALIZED,
-                         _barrier, _lse_and_scale, _opaque_zero, _pass_ids, _q_fresh, _ring_rows,
+                         _barrier, _lse_and_scale, _pass_ids, _ring_rows,
                          _split_range, _tile_origin)
 
 # The kernel's own warps are the producer's (``PW``, the default partition); the two consumer
@@ -244,6 +244,21 @@ def _ready(t, half):
 def _free(t, half):
     """Index of the free barrier of ``half``; ``t`` as in ``_ready``."""
     return 4 + 4 * t + half
+
+
+@gluon.jit
+def _opaque_zero(j, n_steps):
+    """Zero, computed from the loop index ``j`` and ``n_steps`` (``n_steps < 2^30``) so that
+    the compiler cannot fold it: an index that keeps shared-memory addresses and wgmma
+    descriptors from being hoisted out of the loops, where they stay live and spill."""
+    return (j + n_steps) >> 30
+
+
+@gluon.jit
+def _q_fresh(q_s, z):
+    """q tile ``q_s`` seen through ``z`` (``_opaque_zero``): its wgmma descriptor is then
+    computed where it is used instead of hoisted out of the loop."""
+    return q_s._reinterpret(q_s.dtype, [1] + q_s.shape, q_s.layout).index(z)
 
 
 @gluon.jit

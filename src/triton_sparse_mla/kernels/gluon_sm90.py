@@ -203,21 +203,6 @@ def _load_q(q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t, stride_qn_h, st
 
 
 @gluon.jit
-def _opaque_zero(j, n_steps):
-    """Zero, computed from the loop index ``j`` and ``n_steps`` (``n_steps < 2^30``) so that
-    the compiler cannot fold it: an index that keeps shared-memory addresses and wgmma
-    descriptors from being hoisted out of the loops, where they stay live and spill."""
-    return (j + n_steps) >> 30
-
-
-@gluon.jit
-def _q_fresh(q_s, z):
-    """q tile ``q_s`` seen through ``z`` (``_opaque_zero``): its wgmma descriptor is then
-    computed where it is used instead of hoisted out of the loop."""
-    return q_s._reinterpret(q_s.dtype, [1] + q_s.shape, q_s.layout).index(z)
-
-
-@gluon.jit
 def _tile_origin(n_heads, BLOCK_H: gl.constexpr):
     """``(i_t, h0)``: this program's token and first head (head tiles fastest, as
     kernels/attention.py orders them)."""
@@ -481,19 +466,16 @@ def _pass_ids(p_idx, n0, n_end, PASS_ROWS: gl.constexpr, PASSES: gl.constexpr,
 @gluon.jit
 def _ws_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2, k_s3,
                  kp_smem, ready, free, BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
-                 NS: gl.constexpr, PW: gl.constexpr, AHEAD: gl.constexpr):
+                 NS: gl.constexpr, PW: gl.constexpr):
     """The ``PW`` producer warps: for each step, once the consumers freed its ring slot, the
     asynchronous copies of the tile, ``2 * PW`` rows per pass, and an arrival on the slot's
-    ``ready`` barrier that lands when this thread's copies have; then the ids of the step
-    ``AHEAD`` (1 or 2) steps on."""
+    ``ready`` barrier that lands when this thread's copies have; then the next step's ids."""
     GATHER: gl.constexpr = GATHER_W8 if PW == 8 else GATHER_W4
     ROPE: gl.constexpr = ROPE_W8 if PW == 8 else ROPE_W4
     PASS_ROWS: gl.constexpr = 2 * PW
     PASSES: gl.constexpr = BLOCK_N // PASS_ROWS
     o_j = gl.arange(0, PASSES, layout=gl.SliceLayout(0, GATHER))
     ids = _pass_ids(p_idx, n_start, n_end, PASS_ROWS, PASSES, GATHER)
-    if AHEAD == 2:
-        ids_next = _pass_ids(p_idx, n_start + BLOCK_N, n_end, PASS_ROWS, PASSES, GATHER)
     for i in range(n_steps):
         slot = i % NS
         # the slot's previous tile (step i - NS) has been read; the first NS steps pass at once
@@ -504,11 +486,7 @@ def _ws_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0
             _copy_rows(k_s0, k_s1, k_s2, k_s3, kp_smem, kv_ptr, b_idx, b_idx_pe, n_rows, stride_kv,
                        slot, j * PASS_ROWS, GATHER, ROPE, LAT, D_PE)
         async_copy.mbarrier_arrive(ready.index(slot), increment_count=False)
-        if AHEAD == 2:
-            ids = ids_next
-            ids_next = _pass_ids(p_idx, n_start + (i + 2) * BLOCK_N, n_end, PASS_ROWS, PASSES, GATHER)
-        else:
-            ids = _pass_ids(p_idx, n_start + (i + 1) * BLOCK_N, n_end, PASS_ROWS, PASSES, GATHER)
+        ids = _pass_ids(p_idx, n_start + (i + 1) * BLOCK_N, n_end, PASS_ROWS, PASSES, GATHER)
 
 
 @gluon.jit
@@ -613,7 +591,7 @@ def sparse_mla_gluon_ws_kernel(
                          free, p_idx, n_start, n_end, n_steps, n_rows, qk_scale, BLOCK_H, BLOCK_N, LAT,
                          NS, QK_AHEAD)),
          (_ws_producer, (kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2,
-                         k_s3, kp_smem, ready, free, BLOCK_N, LAT, D_PE, NS, PW, 1))],
+                         k_s3, kp_smem, ready, free, BLOCK_N, LAT, D_PE, NS, PW))],
         [PW], [PRODUCER_REGS])
     _epilogue(acc0, acc1, acc2, acc3, b_m, b_l2, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0, n_heads,
               stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h, HAS_SINK, PARTIAL,
@@ -767,9 +745,8 @@ def tile_variant(tile, fp8: bool):
     if tile.block_h < 64:
         from . import gluon_narrow_plain
 
-        return (gluon_narrow_plain.sparse_mla_gluon_narrow_kernel,
-                dict(NS=gluon_narrow_plain.PAIR_SLOTS if tile.pingpong else NS, PW=pw, BLOCK_H=tile.block_h,
-                     PAIR=tile.pingpong), tile.num_warps)
+        return (gluon_narrow_plain.sparse_mla_gluon_narrow_kernel, dict(NS=NS, PW=pw, BLOCK_H=tile.block_h),
+                tile.num_warps)
     if tile.pingpong:
         from . import gluon_pingpong
 

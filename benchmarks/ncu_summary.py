@@ -70,9 +70,10 @@ def summarise(header, rows, warp_steps, top=12):
     return "\n".join(lines)
 
 
-def top_lines(col, stall_cols, rows, top, min_share=0.0):
+def top_lines(col, stall_cols, rows, top, min_share=0.0, index=None):
     """The ``top`` most-sampled instructions (those with at least ``min_share`` of the rows'
-    samples), each with its index, samples and two main stall reasons."""
+    samples), each with its index (``index[i]`` for row ``i`` where given), samples and two main
+    stall reasons."""
     samples = col["Warp Stall Sampling (All Samples)"]
     total = sum(int(r[samples] or 0) for r in rows) or 1
     out = []
@@ -80,7 +81,7 @@ def top_lines(col, stall_cols, rows, top, min_share=0.0):
         if int(r[samples] or 0) < min_share * total:
             break
         reasons = sorted(((int(r[col[c]] or 0), c[6:]) for c in stall_cols), reverse=True)[:2]
-        out.append(f"  {i:5d} {int(r[samples]):7d} {100 * int(r[samples]) / total:5.1f}%  "
+        out.append(f"  {index[i] if index else i:5d} {int(r[samples]):7d} {100 * int(r[samples]) / total:5.1f}%  "
                    f"{r[col['Source']].strip()[:56]:56}  " + ", ".join(f"{name} {n}" for n, name in reasons))
     return out
 
@@ -111,9 +112,8 @@ def partition_lines(col, stall_cols, rows, per, min_share=0.05):
         out.append(f" rows {part[0][0]}-{part[-1][0]}: {n} samples, {executed / per:.0f} instructions"
                    + (" per warp-step; " if per != 1 else "; ")
                    + ", ".join(f"{k} {100 * v / n:.0f}%" for k, v in stalls.most_common(5)))
-        lines = top_lines(col, stall_cols, [r for _, r in part], 8, min_share=0.012)
-        index = [i for i, _ in part]
-        out.extend(f"  {index[int(line.split()[0])]:5d}" + line[7:] for line in lines)
+        out.extend(top_lines(col, stall_cols, [r for _, r in part], 8, min_share=0.012,
+                             index=[i for i, _ in part]))
     return out
 
 

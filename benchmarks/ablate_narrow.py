@@ -10,13 +10,15 @@ import torch
 
 from triton_sparse_mla import configs
 from triton_sparse_mla.bench import Caches, Workload, heat, make_inputs
-from triton_sparse_mla.kernels import gluon_narrow
+from triton_sparse_mla.kernels import gluon_narrow, gluon_sm90
 
 sys.path.insert(0, os.path.dirname(__file__))
 from sweep import plan_call, time_plan  # noqa: E402
 
 WORKLOADS = [Workload("prefill", 4096, 16, "bf16", n_rows=32768), Workload("prefill", 4096, 8, "bf16", n_rows=32768),
-             Workload("decode", 128, 16, "fp8_ds_mla"), Workload("decode", 128, 16, "bf16")]
+             Workload("decode", 128, 16, "fp8_ds_mla"), Workload("decode", 128, 16, "bf16"),
+             Workload("decode", 128, 8, "fp8_ds_mla"), Workload("decode", 128, 64, "fp8_ds_mla"),
+             Workload("prefill", 4096, 16, "fp8_ds_mla")]
 
 
 def main(path):
@@ -31,9 +33,9 @@ def main(path):
         if w.phase == "prefill":
             heat(plan_call(inputs, out, tile, 1, fp8, sms, pin)[1], 1.0)
         splits, us, meta = time_plan(inputs, out, tile, 1, fp8, sms, pin=pin)
-        rec = dict(ablate=int(gluon_narrow.ABLATE), workload=w.name, tile=str(tile), splits=splits, us=us, **meta)
+        rec = dict(ablate=int(gluon_narrow.ABLATE), ids_l2=int(gluon_sm90.IDS_L2), workload=w.name, tile=str(tile), splits=splits, us=us, **meta)
         records.append(rec)
-        print(f"ABL a={rec['ablate']} {w.name:36} {us:9.1f} us {meta}", flush=True)
+        print(f"ABL l2={rec['ids_l2']} a={rec['ablate']} {w.name:36} {us:9.1f} us {meta}", flush=True)
     with open(path, "a") as f:
         for r in records:
             f.write(json.dumps(r) + "\n")

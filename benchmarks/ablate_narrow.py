@@ -33,9 +33,9 @@ def main(path):
         if w.phase == "prefill":
             heat(plan_call(inputs, out, tile, 1, fp8, sms, pin)[1], 1.0)
         splits, us, meta = time_plan(inputs, out, tile, 1, fp8, sms, pin=pin)
-        rec = dict(ablate=int(gluon_narrow.ABLATE), ids_l2=int(gluon_sm90.IDS_L2), workload=w.name, tile=str(tile), splits=splits, us=us, **meta)
+        rec = dict(ablate=int(gluon_narrow.ABLATE), ids_l2=int(gluon_sm90.IDS_L2), ids2=int(gluon_sm90.IDS_AHEAD2), workload=w.name, tile=str(tile), splits=splits, us=us, **meta)
         records.append(rec)
-        print(f"ABL l2={rec['ids_l2']} a={rec['ablate']} {w.name:36} {us:9.1f} us {meta}", flush=True)
+        print(f"ABL l2={rec['ids_l2']} i2={rec['ids2']} a={rec['ablate']} {w.name:36} {us:9.1f} us {meta}", flush=True)
     with open(path, "a") as f:
         for r in records:
             f.write(json.dumps(r) + "\n")

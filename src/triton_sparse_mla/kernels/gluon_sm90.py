@@ -464,8 +464,10 @@ def _pass_ids(p_idx, n0, n_end, PASS_ROWS: gl.constexpr, PASSES: gl.constexpr,
     return gl.load(p_idx + o_n, mask=o_n < n_end, other=-1)
 
 
-# EXPERIMENT: the producers prefetch their program's row ids into L2 at their start.
+# EXPERIMENT: the producers prefetch their program's row ids into L2 at their start; with
+# IDS_AHEAD2 they load each step's ids two steps ahead instead of one.
 IDS_L2 = gl.constexpr(int(os.environ.get("TSM_IDS_L2", "0")))
+IDS_AHEAD2 = gl.constexpr(int(os.environ.get("TSM_IDS_AHEAD2", "0")))
 
 
 @gluon.jit
@@ -493,6 +495,7 @@ def _ws_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0
     if IDS_L2:
         _prefetch_ids_l2(p_idx, n_start, n_end, PW)
     ids = _pass_ids(p_idx, n_start, n_end, PASS_ROWS, PASSES, GATHER)
+    ids_n = _pass_ids(p_idx, n_start + BLOCK_N, n_end, PASS_ROWS, PASSES, GATHER)
     for i in range(n_steps):
         slot = i % NS
         # the slot's previous tile (step i - NS) has been read; the first NS steps pass at once
@@ -503,7 +506,11 @@ def _ws_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0
             _copy_rows(k_s0, k_s1, k_s2, k_s3, kp_smem, kv_ptr, b_idx, b_idx_pe, n_rows, stride_kv,
                        slot, j * PASS_ROWS, GATHER, ROPE, LAT, D_PE)
         async_copy.mbarrier_arrive(ready.index(slot), increment_count=False)
-        ids = _pass_ids(p_idx, n_start + (i + 1) * BLOCK_N, n_end, PASS_ROWS, PASSES, GATHER)
+        if IDS_AHEAD2:
+            ids = ids_n
+            ids_n = _pass_ids(p_idx, n_start + (i + 2) * BLOCK_N, n_end, PASS_ROWS, PASSES, GATHER)
+        else:
+            ids = _pass_ids(p_idx, n_start + (i + 1) * BLOCK_N, n_end, PASS_ROWS, PASSES, GATHER)
 
 
 @gluon.jit

@@ -48,11 +48,6 @@ for s in $steps; do
            --section InstructionStats --section SourceCounters -f -o "$OUT/prof" python3 benchmarks/ncu_profile.py ${PROFILE_WORKLOADS:-} 2>&1 | tail -5
          ncu --import "$OUT/prof.ncu-rep" --page details --csv > "$OUT/ncu-details.csv" 2>&1; grep -c . "$OUT/ncu-details.csv"
          ncu --import "$OUT/prof.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip > "$OUT/ncu-source.csv.gz" ;;
-    ablate) # EXPERIMENT: the few-head consumers' step with one part removed, one process per setting
-      # (entries IDS_AHEAD2:ABLATE)
-      for v in ${ABLATE_SET:-0:0 1:0 1:1 1:6 0:0 1:0}; do
-        TSM_IDS_AHEAD2=${v%%:*} TSM_NARROW_ABLATE=${v##*:} timeout 150 python3 benchmarks/ablate_narrow.py "$OUT/ablate.jsonl" 2>&1 | grep -E "ABL|Error"
-      done ;;
     narrow) # the few-head Gluon fp8 tile's GPU tests under their own timeout (a wrong mbarrier phase
       # would hang them), then its timings beside the shipped tiles and FlashMLA
       # (the row format in $TOGGLE_FMT if set, e.g. TOGGLE_FMT=bf16)

@@ -59,7 +59,7 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier
 
 from . import gluon_narrow
-from .gluon_sm90 import (FLAT, IDS_AHEAD2, IDS_L2, SMEM, _NOT_SPECIALIZED, _prefetch_ids_l2, _barrier, _epilogue, _latent_ring, _load_q, _pass_ids,
+from .gluon_sm90 import (FLAT, SMEM, _NOT_SPECIALIZED, _barrier, _epilogue, _latent_ring, _load_q, _pass_ids,
                          _split_range, _tile_origin, _ws_consumer)
 
 # Producer registers per thread, by producer warp count: 4 x 32 x 40 (5120; with 48 Triton
@@ -264,18 +264,11 @@ def _fp8_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s
     ROPEP: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [PW, 1], [1, 0])
     SC4: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [PW, 1], [1, 0])
     ROWS: gl.constexpr = 4 * PW
-    if IDS_L2:
-        _prefetch_ids_l2(p_idx, n_start, n_end, PW)
     ids = _pass_ids(p_idx, n_start, n_end, ROWS, BLOCK_N // ROWS, RAWP)
-    ids_n = _pass_ids(p_idx, n_start + BLOCK_N, n_end, ROWS, BLOCK_N // ROWS, RAWP)
     for i in range(n_steps):
         _issue_tile(k_s0, k_s1, k_s2, k_s3, kp_smem, sc_smem, kv_ptr, ids, n_rows, stride_kv, landed, free,
                     i, NS, RAWP, ROPEP, SC4, SWAP)
-        if IDS_AHEAD2:
-            ids = ids_n
-            ids_n = _pass_ids(p_idx, n_start + (i + 2) * BLOCK_N, n_end, ROWS, BLOCK_N // ROWS, RAWP)
-        else:
-            ids = _pass_ids(p_idx, n_start + (i + 1) * BLOCK_N, n_end, ROWS, BLOCK_N // ROWS, RAWP)
+        ids = _pass_ids(p_idx, n_start + (i + 1) * BLOCK_N, n_end, ROWS, BLOCK_N // ROWS, RAWP)
         _convert_tile(k_s0, k_s1, k_s2, k_s3, sc_smem, landed, ready, i, NS, PW, F16, SWAP)
 
 

@@ -49,7 +49,6 @@ Import only where Gluon is available and not under the interpreter (see
 """
 
 import math
-import os
 
 import torch
 
@@ -464,22 +463,6 @@ def _pass_ids(p_idx, n0, n_end, PASS_ROWS: gl.constexpr, PASSES: gl.constexpr,
     return gl.load(p_idx + o_n, mask=o_n < n_end, other=-1)
 
 
-# EXPERIMENT: the producers prefetch their program's row ids into L2 at their start; with
-# IDS_AHEAD2 they load each step's ids two steps ahead instead of one.
-IDS_L2 = gl.constexpr(int(os.environ.get("TSM_IDS_L2", "0")))
-IDS_AHEAD2 = gl.constexpr(int(os.environ.get("TSM_IDS_AHEAD2", "0")))
-
-
-@gluon.jit
-def _prefetch_ids_l2(p_idx, n_start, n_end, PW: gl.constexpr):
-    """Bring the program's row ids ``idx[n_start:n_end]`` into L2 (one 128-byte line per
-    thread, 32 * PW lines: up to 32 * 32 * PW ids), holding no register."""
-    o_n = n_start + 32 * gl.arange(0, 32 * PW, layout=gl.BlockedLayout([1], [32], [PW], [0]))
-    o_n = gl.minimum(o_n, gl.maximum(n_end - 1, 0))
-    gl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [p_idx + o_n],
-                              dtype=gl.int32, is_pure=False, pack=1)
-
-
 @gluon.jit
 def _ws_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2, k_s3,
                  kp_smem, ready, free, BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
@@ -492,10 +475,7 @@ def _ws_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0
     PASS_ROWS: gl.constexpr = 2 * PW
     PASSES: gl.constexpr = BLOCK_N // PASS_ROWS
     o_j = gl.arange(0, PASSES, layout=gl.SliceLayout(0, GATHER))
-    if IDS_L2:
-        _prefetch_ids_l2(p_idx, n_start, n_end, PW)
     ids = _pass_ids(p_idx, n_start, n_end, PASS_ROWS, PASSES, GATHER)
-    ids_n = _pass_ids(p_idx, n_start + BLOCK_N, n_end, PASS_ROWS, PASSES, GATHER)
     for i in range(n_steps):
         slot = i % NS
         # the slot's previous tile (step i - NS) has been read; the first NS steps pass at once
@@ -506,11 +486,7 @@ def _ws_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0
             _copy_rows(k_s0, k_s1, k_s2, k_s3, kp_smem, kv_ptr, b_idx, b_idx_pe, n_rows, stride_kv,
                        slot, j * PASS_ROWS, GATHER, ROPE, LAT, D_PE)
         async_copy.mbarrier_arrive(ready.index(slot), increment_count=False)
-        if IDS_AHEAD2:
-            ids = ids_n
-            ids_n = _pass_ids(p_idx, n_start + (i + 2) * BLOCK_N, n_end, PASS_ROWS, PASSES, GATHER)
-        else:
-            ids = _pass_ids(p_idx, n_start + (i + 1) * BLOCK_N, n_end, PASS_ROWS, PASSES, GATHER)
+        ids = _pass_ids(p_idx, n_start + (i + 1) * BLOCK_N, n_end, PASS_ROWS, PASSES, GATHER)
 
 
 @gluon.jit

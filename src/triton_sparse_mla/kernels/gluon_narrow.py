@@ -35,22 +35,12 @@ heads in the B operands, the softmax and the accumulators) 66.8 us (run 184).
 Import only where Gluon is available and not under the interpreter (as gluon_sm90).
 """
 
-import os
-
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
 from .gluon_sm90 import GATHER_W4, ROPE_W4, SMEM, _barrier, _lse_and_scale, _q_values, _row_ids
-
-# EXPERIMENT (timing only): each consumer thread spins this many SM cycles per step, after the
-# score dots' wait (the slot held), from $TSM_NARROW_DELAY.
-DELAY = gl.constexpr(int(os.environ.get("TSM_NARROW_DELAY", "0")))
-SPIN_ASM = gl.constexpr(
-    "{ .reg .u64 t0, t1; .reg .pred p; mov.u64 t0, %clock64; Lspin_${:uid}: mov.u64 t1, %clock64; "
-    "sub.u64 t1, t1, t0; setp.lt.u64 p, t1, " + str(DELAY.value) + "; @p bra Lspin_${:uid}; "
-    "mov.f32 $0, 0f00000000; }")
 
 
 @gluon.jit
@@ -125,8 +115,6 @@ def narrow_consumer(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_sme
         s = warpgroup_mma(k3, q_s3.permute((1, 0)), s, is_async=True)
         s = warpgroup_mma(kp_smem.index(slot), q_sp.permute((1, 0)), s, is_async=True)
         s = warpgroup_mma_wait(0, deps=[s])
-        if DELAY > 0:
-            s = s + gl.inline_asm_elementwise(SPIN_ASM, "=f", [], dtype=gl.float32, is_pure=False, pack=1)
         b_m, b_l2, acc0, acc1, acc2, acc3 = narrow_softmax(s, b_idx, n_rows, qk_scale, b_m, b_l2, acc0, acc1,
                                                            acc2, acc3, p_smem)
         fence_async_shared()  # this thread's part of P^T, for the wgmma

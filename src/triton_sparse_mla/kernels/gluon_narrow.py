@@ -35,18 +35,12 @@ heads in the B operands, the softmax and the accumulators) 66.8 us (run 184).
 Import only where Gluon is available and not under the interpreter (as gluon_sm90).
 """
 
-import os
-
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
 from .gluon_sm90 import GATHER_W4, ROPE_W4, SMEM, _barrier, _lse_and_scale, _q_values, _row_ids
-
-# EXPERIMENT: each step's PV dots into a fresh accumulator set, folded into the rescaled
-# running accumulators while the next step's score dots run (from $TSM_NARROW_DEFER).
-DEFER = gl.constexpr(int(os.environ.get("TSM_NARROW_DEFER", "0")))
 
 
 @gluon.jit
@@ -103,12 +97,6 @@ def narrow_consumer(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_sme
     acc2 = gl.zeros([LAT, BLOCK_H], gl.float32, layout=T_L)
     acc3 = gl.zeros([LAT, BLOCK_H], gl.float32, layout=T_L)
     s_zero = gl.zeros([BLOCK_N, BLOCK_H], gl.float32, layout=T_L)
-    # (DEFER: the last step's PV products and rescaling factor, folded in at the next step)
-    accn0 = gl.zeros([LAT, BLOCK_H], gl.float32, layout=T_L)
-    accn1 = gl.zeros([LAT, BLOCK_H], gl.float32, layout=T_L)
-    accn2 = gl.zeros([LAT, BLOCK_H], gl.float32, layout=T_L)
-    accn3 = gl.zeros([LAT, BLOCK_H], gl.float32, layout=T_L)
-    alpha = gl.full([1, BLOCK_H], 1.0, gl.float32, layout=T_L)
     for i in range(n_steps):
         slot = i % NS
         # the rows' ids (the softmax's mask) loaded before the score dots, which hide their
@@ -126,58 +114,16 @@ def narrow_consumer(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_sme
         s = warpgroup_mma(k2, q_s2.permute((1, 0)), s, is_async=True)
         s = warpgroup_mma(k3, q_s3.permute((1, 0)), s, is_async=True)
         s = warpgroup_mma(kp_smem.index(slot), q_sp.permute((1, 0)), s, is_async=True)
-        if DEFER:
-            # the last step's products folded in while the score dots run
-            acc0 = acc0 * alpha + accn0
-            acc1 = acc1 * alpha + accn1
-            acc2 = acc2 * alpha + accn2
-            acc3 = acc3 * alpha + accn3
-            s = warpgroup_mma_wait(0, deps=[s])
-            b_m, b_l2, alpha = narrow_probs(s, b_idx, n_rows, qk_scale, b_m, b_l2, p_smem)
-            fence_async_shared()  # this thread's part of P^T, for the wgmma
-            _barrier()  # every consumer thread's part
-            accn0, accn1, accn2, accn3 = narrow_pv_fresh(k0, k1, k2, k3, p_smem, accn0, accn1, accn2, accn3)
-        else:
-            s = warpgroup_mma_wait(0, deps=[s])
-            b_m, b_l2, acc0, acc1, acc2, acc3 = narrow_softmax(s, b_idx, n_rows, qk_scale, b_m, b_l2, acc0,
-                                                               acc1, acc2, acc3, p_smem)
-            fence_async_shared()  # this thread's part of P^T, for the wgmma
-            _barrier()  # every consumer thread's part
-            acc0, acc1, acc2, acc3 = narrow_pv(k0, k1, k2, k3, p_smem, acc0, acc1, acc2, acc3)
+        s = warpgroup_mma_wait(0, deps=[s])
+        b_m, b_l2, acc0, acc1, acc2, acc3 = narrow_softmax(s, b_idx, n_rows, qk_scale, b_m, b_l2, acc0, acc1,
+                                                           acc2, acc3, p_smem)
+        fence_async_shared()  # this thread's part of P^T, for the wgmma
+        _barrier()  # every consumer thread's part
+        acc0, acc1, acc2, acc3 = narrow_pv(k0, k1, k2, k3, p_smem, acc0, acc1, acc2, acc3)
         # every consumer warp's PV dots (which read the slot and P^T) are done: free the slot
         _barrier()
         mbarrier.arrive(free.index(slot), count=1)
-    if DEFER:
-        acc0 = acc0 * alpha + accn0
-        acc1 = acc1 * alpha + accn1
-        acc2 = acc2 * alpha + accn2
-        acc3 = acc3 * alpha + accn3
     return acc0, acc1, acc2, acc3, b_m, b_l2
-
-
-@gluon.jit
-def narrow_probs(s, b_idx, n_rows, qk_scale, b_m, b_l2, p_smem):
-    """:func:`narrow_softmax` without the accumulators: returns ``b_m, b_l2`` and the
-    rescaling factor ``alpha`` [1, BLOCK_H] for the output so far."""
-    m_n = (b_idx >= 0) & (b_idx < n_rows)
-    s = gl.where(m_n[:, None], s * qk_scale, float("-inf"))
-    b_m_new = gl.maximum(b_m, gl.max(s, axis=0))
-    alpha = gl.exp2(b_m - b_m_new)[None, :]
-    b_m = b_m_new
-    p = gl.exp2(s - b_m[None, :])
-    b_l2 = b_l2 * alpha + p
-    p_smem.store(p.to(p_smem.dtype))
-    return b_m, b_l2, alpha
-
-
-@gluon.jit
-def narrow_pv_fresh(k0, k1, k2, k3, p_smem, acc0, acc1, acc2, acc3):
-    """:func:`narrow_pv` into fresh accumulators (``acc0..acc3`` give only their layout)."""
-    acc0 = warpgroup_mma(k0.permute((1, 0)), p_smem, acc0, use_acc=False, is_async=True)
-    acc1 = warpgroup_mma(k1.permute((1, 0)), p_smem, acc1, use_acc=False, is_async=True)
-    acc2 = warpgroup_mma(k2.permute((1, 0)), p_smem, acc2, use_acc=False, is_async=True)
-    acc3 = warpgroup_mma(k3.permute((1, 0)), p_smem, acc3, use_acc=False, is_async=True)
-    return warpgroup_mma_wait(0, deps=[acc0, acc1, acc2, acc3])
 
 
 @gluon.jit

@@ -35,19 +35,12 @@ heads in the B operands, the softmax and the accumulators) 66.8 us (run 184).
 Import only where Gluon is available and not under the interpreter (as gluon_sm90).
 """
 
-import os
-
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
 from .gluon_sm90 import GATHER_W4, ROPE_W4, SMEM, _barrier, _lse_and_scale, _q_values, _row_ids
-
-# EXPERIMENT (timing only, wrong results when set): a part of the consumers' step removed.
-# 1 half the score dots, 2 half the PV dots, 3 no running max and rescale, 4 no softmax,
-# 5 no PV dots, 6 no score dots.
-ABLATE = gl.constexpr(int(os.environ.get("TSM_NARROW_ABLATE", "0")))
 
 
 @gluon.jit
@@ -116,16 +109,12 @@ def narrow_consumer(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_sme
         k1 = k_s1.index(slot)
         k2 = k_s2.index(slot)
         k3 = k_s3.index(slot)
-        if ABLATE == 6:
-            s = s_zero + 0.0
-        else:
-            s = warpgroup_mma(k0, q_s0.permute((1, 0)), s_zero, use_acc=False, is_async=True)
-            s = warpgroup_mma(k1, q_s1.permute((1, 0)), s, is_async=True)
-            if ABLATE != 1:
-                s = warpgroup_mma(k2, q_s2.permute((1, 0)), s, is_async=True)
-                s = warpgroup_mma(k3, q_s3.permute((1, 0)), s, is_async=True)
-            s = warpgroup_mma(kp_smem.index(slot), q_sp.permute((1, 0)), s, is_async=True)
-            s = warpgroup_mma_wait(0, deps=[s])
+        s = warpgroup_mma(k0, q_s0.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        s = warpgroup_mma(k1, q_s1.permute((1, 0)), s, is_async=True)
+        s = warpgroup_mma(k2, q_s2.permute((1, 0)), s, is_async=True)
+        s = warpgroup_mma(k3, q_s3.permute((1, 0)), s, is_async=True)
+        s = warpgroup_mma(kp_smem.index(slot), q_sp.permute((1, 0)), s, is_async=True)
+        s = warpgroup_mma_wait(0, deps=[s])
         b_m, b_l2, acc0, acc1, acc2, acc3 = narrow_softmax(s, b_idx, n_rows, qk_scale, b_m, b_l2, acc0, acc1,
                                                            acc2, acc3, p_smem)
         fence_async_shared()  # this thread's part of P^T, for the wgmma
@@ -143,27 +132,18 @@ def narrow_softmax(s, b_idx, n_rows, qk_scale, b_m, b_l2, acc0, acc1, acc2, acc3
     BLOCK_H] (rows ``b_idx``, masked where invalid): the running max ``b_m`` and per-entry
     denominators ``b_l2`` updated, the four output accumulators rescaled, the probabilities
     stored into ``p_smem`` (P^T). Returns ``b_m, b_l2, acc0..acc3``."""
-    if ABLATE == 4:
-        p = s * qk_scale
-        b_l2 = b_l2 + p
-    elif ABLATE == 3:
-        m_n = (b_idx >= 0) & (b_idx < n_rows)
-        s = gl.where(m_n[:, None], s * qk_scale, float("-inf"))
-        p = gl.exp2(s)
-        b_l2 = b_l2 + p
-    else:
-        m_n = (b_idx >= 0) & (b_idx < n_rows)
-        s = gl.where(m_n[:, None], s * qk_scale, float("-inf"))
-        b_m_new = gl.maximum(b_m, gl.max(s, axis=0))
-        alpha = gl.exp2(b_m - b_m_new)[None, :]
-        b_m = b_m_new
-        p = gl.exp2(s - b_m[None, :])
-        b_l2 = b_l2 * alpha + p
-        # every accumulator rescaled before a PV dot is issued (gluon_sm90's docstring: C7515)
-        acc0 = acc0 * alpha
-        acc1 = acc1 * alpha
-        acc2 = acc2 * alpha
-        acc3 = acc3 * alpha
+    m_n = (b_idx >= 0) & (b_idx < n_rows)
+    s = gl.where(m_n[:, None], s * qk_scale, float("-inf"))
+    b_m_new = gl.maximum(b_m, gl.max(s, axis=0))
+    alpha = gl.exp2(b_m - b_m_new)[None, :]
+    b_m = b_m_new
+    p = gl.exp2(s - b_m[None, :])
+    b_l2 = b_l2 * alpha + p
+    # every accumulator rescaled before a PV dot is issued (gluon_sm90's docstring: C7515)
+    acc0 = acc0 * alpha
+    acc1 = acc1 * alpha
+    acc2 = acc2 * alpha
+    acc3 = acc3 * alpha
     p_smem.store(p.to(p_smem.dtype))
     return b_m, b_l2, acc0, acc1, acc2, acc3
 
@@ -172,14 +152,11 @@ def narrow_softmax(s, b_idx, n_rows, qk_scale, b_m, b_l2, acc0, acc1, acc2, acc3
 def narrow_pv(k0, k1, k2, k3, p_smem, acc0, acc1, acc2, acc3):
     """The transposed PV dots of one step (the latent tiles ``k0..k3`` [BLOCK_N, LAT] read
     transposed, P^T from ``p_smem``) into the four accumulators, waited for."""
-    if ABLATE != 5:
-        acc0 = warpgroup_mma(k0.permute((1, 0)), p_smem, acc0, is_async=True)
-        acc1 = warpgroup_mma(k1.permute((1, 0)), p_smem, acc1, is_async=True)
-        if ABLATE != 2:
-            acc2 = warpgroup_mma(k2.permute((1, 0)), p_smem, acc2, is_async=True)
-            acc3 = warpgroup_mma(k3.permute((1, 0)), p_smem, acc3, is_async=True)
-        acc0, acc1, acc2, acc3 = warpgroup_mma_wait(0, deps=[acc0, acc1, acc2, acc3])
-    return acc0, acc1, acc2, acc3
+    acc0 = warpgroup_mma(k0.permute((1, 0)), p_smem, acc0, is_async=True)
+    acc1 = warpgroup_mma(k1.permute((1, 0)), p_smem, acc1, is_async=True)
+    acc2 = warpgroup_mma(k2.permute((1, 0)), p_smem, acc2, is_async=True)
+    acc3 = warpgroup_mma(k3.permute((1, 0)), p_smem, acc3, is_async=True)
+    return warpgroup_mma_wait(0, deps=[acc0, acc1, acc2, acc3])
 
 
 @gluon.jit

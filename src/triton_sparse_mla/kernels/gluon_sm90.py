@@ -49,7 +49,6 @@ Import only where Gluon is available and not under the interpreter (see
 """
 
 import math
-import os
 
 import torch
 
@@ -464,11 +463,6 @@ def _pass_ids(p_idx, n0, n_end, PASS_ROWS: gl.constexpr, PASSES: gl.constexpr,
     return gl.load(p_idx + o_n, mask=o_n < n_end, other=-1)
 
 
-# EXPERIMENT: the plain producer waits for its previous tile's copies to land before it
-# issues the next tile's (one tile in flight), from $TSM_ONE_TILE.
-ONE_TILE = gl.constexpr(int(os.environ.get("TSM_ONE_TILE", "0")))
-
-
 @gluon.jit
 def _ws_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2, k_s3,
                  kp_smem, ready, free, BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
@@ -486,9 +480,6 @@ def _ws_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0
         slot = i % NS
         # the slot's previous tile (step i - NS) has been read; the first NS steps pass at once
         mbarrier.wait(free.index(slot), ((i // NS) & 1) ^ 1)
-        if ONE_TILE:
-            async_copy.commit_group()
-            async_copy.wait_group(0)
         for j in gl.static_range(PASSES):
             b_idx = gl.sum(gl.where(o_j[None, :] == j, ids, 0), axis=1)  # (a register: in-thread)
             b_idx_pe = gl.convert_layout(b_idx, gl.SliceLayout(1, ROPE), assert_trivial=True)

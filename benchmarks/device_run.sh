@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One self-contained call on the GPU machine: install, test, sanitize, sweep, benchmark.
 # Usage (on the device, from the repo root): bash benchmarks/device_run.sh [steps...]
-# Steps: tests sanitizer sweep narrow stride fp8sweep splits splits-len warps fp8choice wsparts residency residency-toggle residency-warps ncu ppc ppncu nbprobe vllmtests mid grid gatherl2 splitn splitlat splitprobe exchange apart racecheck racecheck-producer variants wide latency toggle bench prefill (default: tests sanitizer sweep bench
+# Steps: tests sanitizer sweep envab narrow stride fp8sweep splits splits-len warps fp8choice wsparts residency residency-toggle residency-warps ncu ppc ppncu nbprobe vllmtests mid grid gatherl2 splitn splitlat splitprobe exchange apart racecheck racecheck-producer variants wide latency toggle bench prefill (default: tests sanitizer sweep bench
 # prefill). toggle and residency-toggle time a boolean TileConfig field off and on, named by
 # $TOGGLE (e.g. TOGGLE=prefetch_idx), on the workloads of one row format if $TOGGLE_FMT is set
 # (e.g. TOGGLE_FMT=fp8_ds_mla) and of the head counts in $TOGGLE_HEADS (toggle only; e.g.
@@ -48,6 +48,13 @@ for s in $steps; do
            --section InstructionStats --section SourceCounters -f -o "$OUT/prof" python3 benchmarks/ncu_profile.py ${PROFILE_WORKLOADS:-} 2>&1 | tail -5
          ncu --import "$OUT/prof.ncu-rep" --page details --csv > "$OUT/ncu-details.csv" 2>&1; grep -c . "$OUT/ncu-details.csv"
          ncu --import "$OUT/prof.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip > "$OUT/ncu-source.csv.gz" ;;
+    envab) # kernel variants selected by environment variables, one process per setting, in turn
+      # (benchmarks/env_ab.py): ENV_AB_SETS="TSM_FLAG=0;TSM_FLAG=1", ENV_AB_WORKLOADS, ENV_AB_ROUNDS
+      IFS=';' read -ra sets <<< "${ENV_AB_SETS:?set ENV_AB_SETS, e.g. TSM_FLAG=0;TSM_FLAG=1}"
+      args=(); for v in "${sets[@]}"; do args+=(--set "$v"); done
+      timeout 550 python3 benchmarks/env_ab.py "$OUT/env-ab.jsonl" \
+        ${ENV_AB_WORKLOADS:-4096,16,bf16,N=32768 4096,8,bf16,N=32768 128,16,fp8_ds_mla} \
+        "${args[@]}" ${ENV_AB_ROUNDS:+--rounds $ENV_AB_ROUNDS} 2>&1 | tee "$OUT/env-ab.log" | grep ENVAB ;;
     narrow) # the few-head Gluon fp8 tile's GPU tests under their own timeout (a wrong mbarrier phase
       # would hang them), then its timings beside the shipped tiles and FlashMLA
       # (the row format in $TOGGLE_FMT if set, e.g. TOGGLE_FMT=bf16)

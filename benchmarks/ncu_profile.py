@@ -3,8 +3,9 @@
 Each workload is run once before profiling starts (compilation, autotuning of nothing, caches
 built), so the profiled launches are the steady-state kernels. Run under
 ``ncu --profile-from-start off ... python3 benchmarks/ncu_profile.py [WORKLOAD ...]`` where a
-workload is ``T,H,FORMAT[,FIELD][,N=ROWS]`` (default: the decode workloads whose targets are
-missed at 8-16 heads, with bf16 beside them for contrast); ``FIELD`` turns that boolean
+workload is ``T,H,FORMAT[,FIELD][,N=ROWS][,len=rand]`` (``bench.Workload.from_spec`` with a
+field; default: the decode workloads whose targets are missed at 8-16 heads, with bf16 beside
+them for contrast); ``FIELD`` turns that boolean
 ``TileConfig`` field on in the shipped tile (e.g. ``128,16,fp8_ds_mla,fp8_vec8``), ``-FIELD``
 off; ``N=ROWS`` sets the cache's rows (default 1M; e.g. ``4096,16,bf16,N=32768``, the prefill
 bench's L2-resident cache). ``benchmarks/device_run.sh ncu`` does that, with
@@ -47,11 +48,10 @@ def main(specs):
     caches = Caches()
     calls = []
     for spec in specs:
-        t, h, fmt, *rest = spec.split(",")
-        rows = [int(r[2:]) for r in rest if r.startswith("N=")]
-        field = [r for r in rest if not r.startswith("N=")]
-        w = Workload("decode" if int(t) <= 512 else "prefill", int(t), int(h), fmt,
-                     **({"n_rows": rows[0]} if rows else {}))
+        # (a part that is not the workload's own names a TileConfig field)
+        parts = spec.split(",")
+        field = [r for r in parts[3:] if not (r.startswith("N=") or r == "len=rand")]
+        w = Workload.from_spec(",".join(r for r in parts if r not in field))
         q, kv, idx, lengths = make_inputs(w, caches)
 
         def call(q=q, kv=kv, idx=idx, n=lengths, field=field[0] if field else None):

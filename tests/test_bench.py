@@ -1,6 +1,8 @@
 """The benchmark's own output check: ``bench.reference_error`` compares a workload's first tokens
-with the float64 reference while reading only the cache rows they select."""
+with the float64 reference while reading only the cache rows they select; and the workloads
+the benchmark scripts take on their command lines (``bench.Workload.from_spec``)."""
 
+import pytest
 import torch
 
 from problems import make_problem
@@ -18,3 +20,15 @@ def test_reference_error_tells_right_from_wrong():
         wrong = right.clone()
         wrong[:4] = right[:4].roll(1, dims=1)  # heads swapped
         assert bench.reference_error(p.q, p.kv, p.indices, p.topk_length, p.sm_scale, wrong) > 0.1
+
+
+def test_workload_from_spec():
+    w = bench.Workload.from_spec("4096,16,bf16,N=32768")
+    assert (w.phase, w.t, w.h, w.fmt, w.n_rows, w.lengths) == ("prefill", 4096, 16, "bf16", 32768, "full")
+    w = bench.Workload.from_spec("128,8,fp8_ds_mla,len=rand")
+    assert (w.phase, w.n_rows, w.lengths) == ("decode", 1 << 20, "random")
+    assert bench.Workload.from_spec("512,64,bf16").phase == "decode"
+    for bad, says in (("128,8", "T,H,FORMAT"), ("128,8,fp4", "'fp4'"), ("x,8,bf16", "T,H,FORMAT"),
+                      ("128,8,bf16,N=abc", "'N=abc'"), ("128,8,bf16,pingpong", "'pingpong'")):
+        with pytest.raises(ValueError, match=says):
+            bench.Workload.from_spec(bad)

@@ -48,6 +48,27 @@ class Workload:
         return (f"{self.phase} T={self.t} H={self.h} {self.fmt} N={self.n_rows >> 10}K"
                 + ("" if self.lengths == "full" else " len=rand"))
 
+    @classmethod
+    def from_spec(cls, spec: str) -> "Workload":
+        """The workload a benchmark script's command line names as ``"T,H,FORMAT"`` with
+        optional ``",N=ROWS"`` (the cache's rows, default 1M) and ``",len=rand"`` (random valid
+        lengths), e.g. ``"4096,16,bf16,N=32768"``: decode up to T=512, prefill above, K 2048."""
+        parts = spec.split(",")
+        if len(parts) < 3 or not (parts[0].isdigit() and parts[1].isdigit()):
+            raise ValueError(f"workload spec {spec!r}: expected T,H,FORMAT[,N=ROWS][,len=rand]")
+        t, h, fmt, *rest = parts
+        if fmt not in ROW_BYTES:
+            raise ValueError(f"workload spec {spec!r}: format must be one of {sorted(ROW_BYTES)}, got {fmt!r}")
+        kw = {}
+        for part in rest:
+            if part.startswith("N=") and part[2:].isdigit():
+                kw["n_rows"] = int(part[2:])
+            elif part == "len=rand":
+                kw["lengths"] = "random"
+            else:
+                raise ValueError(f"workload spec {spec!r}: unknown part {part!r} (expected N=ROWS or len=rand)")
+        return cls("decode" if int(t) <= 512 else "prefill", int(t), int(h), fmt, **kw)
+
 
 @dataclass
 class Result:

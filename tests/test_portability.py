@@ -292,6 +292,50 @@ def test_gluon_pingpong_kernel_compiles(tmp_path):
         assert consumer in c["regs"] and 2 * 128 * consumer + 128 * producer <= 65536, (variant, c)
 
 
+_ARRIVE_PROBE = r"""
+import dataclasses, json, re, sys
+from triton_sparse_mla import configs, portability
+PRED = r"(?:@!?%p\d+\s+)?"
+ARRIVE = re.compile(PRED + r"mbarrier\.arrive\.shared::cta\.b64\s+_,")
+BARRIER = re.compile(PRED + r"bar(?:rier)?\.sync\b")
+# what may sit between a barrier and the arrival it guards: address arithmetic and the fence
+BETWEEN = re.compile(PRED + r"(?:add|sub|mov|mad|mul|shl|shr|and|or|xor|selp|setp|cvta?|fence\.proxy\.async)\b")
+tiles = {}
+for phase, kind, tile in configs.all_tiles("sm90"):
+    if tile.gluon:
+        tiles.setdefault((kind, dataclasses.replace(tile, fallback=None)), f"{phase}/{kind}/{tile.block_h}")
+out = {}
+for (kind, tile), name in tiles.items():
+    label, kernel, types, cx, div, warps, stages = next(portability._gluon_variants(tile, kind == "fp8"))
+    ptx = portability._compile(kernel, types, cx, div, 90, warps, stages).asm["ptx"]
+    lines = [l.split("//")[0].strip() for l in ptx.splitlines()]
+    lines = [l for l in lines if l and not l.startswith(".loc") and not l.endswith(":")]
+    counts = []
+    for i, line in enumerate(lines):
+        if ARRIVE.match(line):
+            n, j = 0, i - 1
+            while j >= 0 and (BARRIER.match(lines[j]) or BETWEEN.match(lines[j])):
+                n, j = n + bool(BARRIER.match(lines[j])), j - 1
+            counts.append(n)
+    out[name] = counts
+json.dump(out, open(sys.argv[1], "w"))
+"""
+
+
+@_NEEDS_GLUON
+def test_gluon_arrivals_synchronize_their_partition_once(tmp_path):
+    """Each one-thread mbarrier arrival of the shipped sm90 Gluon kernels (a slot freed by the
+    consumers, a dequantized slot made ready by the fp8_ds_mla producer) follows exactly one
+    barrier of its partition's threads, with only address arithmetic and the proxy fence
+    between: none would let the arrival overtake a thread's reads or stores of the slot; two
+    in a row (Triton 3.8 places one inside the arrive, which kernels.gluon_sm90.ARRIVE_SYNCS
+    must know) cost a barrier per step for nothing."""
+    counts = _probe(_ARRIVE_PROBE, tmp_path)
+    assert len(counts) >= 4, counts
+    for kernel, found in counts.items():
+        assert found and all(n == 1 for n in found), (kernel, found)
+
+
 _Q_SCALE_PROBE = r"""
 import json, re, sys
 from triton_sparse_mla import configs, portability

@@ -59,8 +59,8 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier
 
 from . import gluon_narrow
-from .gluon_sm90 import (FLAT, SMEM, _NOT_SPECIALIZED, _barrier, _epilogue, _latent_ring, _load_q, _pass_ids,
-                         _split_range, _tile_origin, _ws_consumer)
+from .gluon_sm90 import (FLAT, SMEM, _NOT_SPECIALIZED, _arrive_all, _barrier, _epilogue, _latent_ring, _load_q,
+                         _pass_ids, _split_range, _tile_origin, _ws_consumer)
 
 # Producer registers per thread, by producer warp count: 4 x 32 x 40 (5120; with 48 Triton
 # gives the consumers 224) or 8 x 32 x 24 (6144), so the consumers' two warpgroups keep 232 each;
@@ -210,7 +210,7 @@ def _convert_tile(k_s0, k_s1, k_s2, k_s3, sc_smem, landed, ready, i, NS: gl.cons
     """Step ``i``'s tile, pass by pass once every copying thread's copies of the pass have
     landed, dequantized in place by ``PW`` warps (so the first passes convert while the last
     still land); then, fenced for the consumers' wgmma, the slot's ``ready`` barrier completed
-    (Gluon's ``mbarrier.arrive``: a barrier of the partition's threads, then one arrival).
+    once every producer thread's stores are done (``_arrive_all``).
     With SWAP through RAW_SWAP in ``_cvt_layout``, 32 rows at a time."""
     ROWS: gl.constexpr = 4 * PW
     PASSES: gl.constexpr = k_s0.shape[1] // ROWS
@@ -230,7 +230,7 @@ def _convert_tile(k_s0, k_s1, k_s2, k_s3, sc_smem, landed, ready, i, NS: gl.cons
             _dequant_pass(k_s0, k_s1, k_s2, k_s3, sc_smem, slot, j * ROWS, RAWP, SC4, ROWS, F16)
     # this thread's stores (generic proxy) before the wgmma's reads
     fence_async_shared()
-    mbarrier.arrive(ready.index(slot), count=1)
+    _arrive_all(ready.index(slot))
 
 
 @gluon.jit
@@ -316,7 +316,7 @@ def sparse_mla_gluon_fp8_ws_kernel(
     for j in gl.static_range(NS * PASSES):
         mbarrier.init(landed.index(j), count=32 * PW)  # one copy-completion per producer thread
     for j in gl.static_range(NS):
-        # one arrival: Gluon's mbarrier.arrive is the partition's barrier, then one thread's arrival
+        # one arrival, once the whole partition is there (_arrive_all)
         mbarrier.init(ready.index(j), count=1)
         mbarrier.init(free.index(j), count=1)
     fence_async_shared()  # q's stores and the barriers' initialisation, before the partitions

@@ -40,7 +40,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
-from .gluon_sm90 import GATHER_W4, ROPE_W4, SMEM, _barrier, _lse_and_scale, _q_values, _row_ids
+from .gluon_sm90 import GATHER_W4, ROPE_W4, SMEM, _arrive_all, _barrier, _lse_and_scale, _q_values, _row_ids
 
 
 @gluon.jit
@@ -121,8 +121,7 @@ def narrow_consumer(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_sme
         _barrier()  # every consumer thread's part
         acc0, acc1, acc2, acc3 = narrow_pv(k0, k1, k2, k3, p_smem, acc0, acc1, acc2, acc3)
         # every consumer warp's PV dots (which read the slot and P^T) are done: free the slot
-        _barrier()
-        mbarrier.arrive(free.index(slot), count=1)
+        _arrive_all(free.index(slot))
     return acc0, acc1, acc2, acc3, b_m, b_l2
 
 

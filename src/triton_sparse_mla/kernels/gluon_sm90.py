@@ -51,6 +51,7 @@ Import only where Gluon is available and not under the interpreter (see
 import math
 
 import torch
+import triton
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -88,9 +89,26 @@ LN2 = gl.constexpr(math.log(2.0))
 Q_F16_SCALE = gl.constexpr(2.0 ** -8)
 # A barrier of all the program's threads: gl.thread_barrier in Triton 3.6, gl.barrier in 3.8.
 _barrier = getattr(gl, "barrier", None) or gl.thread_barrier
+# Whether Gluon's ``mbarrier.arrive(bar, count=1)`` always places a barrier of the partition's
+# threads before its one thread's arrival: from Triton 3.8 on. Triton 3.6 and 3.7 place one only
+# where their shared-memory analysis asks for it (this thread's stores since the last barrier).
+# :func:`_arrive_all` adds its own barrier only where this is false, so each arrival that frees
+# or fills a slot synchronizes its partition once.
+# (tests/test_portability.py checks the PTX of the installed Triton for it.)
+ARRIVE_SYNCS = gl.constexpr(tuple(int(v) for v in triton.__version__.split(".")[:2]) >= (3, 8))
 # Arguments not specialized on their value (a new variant for a value divisible by 16 or
 # equal to 1), as kernels/attention.py: triton_sparse_mla.warmup relies on it.
 _NOT_SPECIALIZED = ["n_rows", "stride_lse_t", "stride_lse_h"]
+
+
+@gluon.jit
+def _arrive_all(bar):
+    """One arrival on ``bar`` (an mbarrier counting one) once every thread of the calling
+    partition has got here: Gluon's arrive, after a barrier of the partition's threads where
+    this Triton's arrive does not place one itself (:data:`ARRIVE_SYNCS`)."""
+    if not ARRIVE_SYNCS:
+        _barrier()
+    mbarrier.arrive(bar, count=1)
 
 
 @gluon.jit

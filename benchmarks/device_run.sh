@@ -19,6 +19,8 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 else
   export PYTHONPATH=$PWD/src
 fi
+# $EXTRA_SITE: a folder of packages put first (e.g. another Triton unpacked there).
+export PYTHONPATH=${EXTRA_SITE:+$EXTRA_SITE:}$PYTHONPATH
 steps=${*:-tests sanitizer sweep bench prefill}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"

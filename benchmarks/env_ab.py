@@ -37,6 +37,7 @@ def parse_setting(text):
 def child(path, setting, specs):
     """Time each workload's shipped plan in this process (its environment is the setting)."""
     import torch
+    import triton
 
     from triton_sparse_mla import configs
     from triton_sparse_mla.bench import Caches, Workload, heat, make_inputs
@@ -57,10 +58,11 @@ def child(path, setting, specs):
             if w.phase == "prefill":
                 heat(plan_call(inputs, out, tile, 1, fp8, sms, pin)[1], 1.0)
             splits, us, meta = time_plan(inputs, out, tile, 1, fp8, sms, pin=pin)
-            rec = dict(setting=setting, workload=w.name, tile=str(tile), splits=splits, us=us, **meta)
+            rec = dict(setting=setting, workload=w.name, tile=str(tile), splits=splits, us=us,
+                       triton=triton.__version__, torch=torch.__version__, **meta)
             f.write(json.dumps(rec) + "\n")
             f.flush()
-            print(f"ENVAB [{setting}] {w.name:40} {us:9.1f} us", flush=True)
+            print(f"ENVAB [{setting}] triton {triton.__version__} {w.name:40} {us:9.1f} us", flush=True)
 
 
 def main(argv=None):

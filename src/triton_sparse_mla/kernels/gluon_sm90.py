@@ -547,8 +547,7 @@ def _ws_consumer(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_smem, 
             s_next = warpgroup_mma_wait(0, deps=[s_next])  # (done: waited with the PV dots)
         # every consumer warp has waited for its PV dots (which read the slot) and loaded P
         # (which the next step overwrites): then one arrival frees the slot
-        _barrier()
-        mbarrier.arrive(free.index(slot), count=1)
+        _arrive_all(free.index(slot))
     return acc0, acc1, acc2, acc3, b_m, b_l2
 
 

@@ -65,7 +65,7 @@ from .gluon_sm90 import (FLAT, SMEM, _NOT_SPECIALIZED, _arrive_all, _barrier, _e
 # Producer registers per thread, by producer warp count: 4 x 32 x 40 (5120; with 48 Triton
 # gives the consumers 224) or 8 x 32 x 24 (6144), so the consumers' two warpgroups keep 232 each;
 # beside the few-head consumers (one warpgroup) 128.
-PRODUCER_REGS_W4 = gl.constexpr(40)
+PRODUCER_REGS_W4 = gl.constexpr(int(__import__("os").environ.get("TSM_PRODUCER_REGS_W4", "40")))
 PRODUCER_REGS_W8 = gl.constexpr(24)
 PRODUCER_REGS_NARROW = gl.constexpr(128)
 

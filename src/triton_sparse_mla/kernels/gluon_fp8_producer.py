@@ -30,11 +30,11 @@ fills most of that step. It was 1.02x at 64 heads and 1.06x at 128 over the kern
 producer; in passes, 1.22x and 1.25x. Decode T=128, H200, 2026-12-02, runs 97-98.)
 
 Shared memory: q 72 KB + 2 x (64 + 8) KB + P 8 KB + scales 2 KB: 226.6 KB (232,036 bytes of
-232,448), one program per SM. Registers: the consumers keep the bf16 producer kernel's 232; the
-producer gets 40 with 4 warps (compiled for sm90 by Triton 3.6: a loop of about 560
-instructions per step with 15 local-memory loads and 5 stores, 56 bytes of local memory per
-thread), 24 with 8 (48 local loads per step; timed only with the whole-tile conversion, where
-it spilled too: 0.95x of 4 warps, run 97; not shipped).
+232,448), one program per SM. Registers (``PRODUCER_REGS_W4``): the producer gets 56 with 4
+warps and the consumers 224, none spilling in their loops (sm90, Triton 3.6 and 3.8; with 40
+and the consumers at 232, as until run 238, the producer's loop reloaded 15 spilled values per
+step under Triton 3.6 and 20 under 3.8); 24 with 8 (48 local loads per step; timed only with
+the whole-tile conversion, where it spilled too: 0.95x of 4 warps, run 97; not shipped).
 
 On the H200 (run 98) decode T=128 over a 1M-row cache: 111.2 us at 64 heads against FlashMLA's
 fp8 kernel 115.2 us, 210.9 against 185.1 at 128 heads. Its GPU tests and the suite passed
@@ -62,10 +62,14 @@ from . import gluon_narrow
 from .gluon_sm90 import (FLAT, SMEM, _NOT_SPECIALIZED, _arrive_all, _barrier, _epilogue, _latent_ring, _load_q,
                          _pass_ids, _split_range, _tile_origin, _ws_consumer)
 
-# Producer registers per thread, by producer warp count: 4 x 32 x 40 (5120; with 48 Triton
-# gives the consumers 224) or 8 x 32 x 24 (6144), so the consumers' two warpgroups keep 232 each;
-# beside the few-head consumers (one warpgroup) 128.
-PRODUCER_REGS_W4 = gl.constexpr(int(__import__("os").environ.get("TSM_PRODUCER_REGS_W4", "40")))
+# Producer registers per thread, by producer warp count: 4 x 32 x 56 (7168; the consumers' two
+# warpgroups keep 224 each, without spills in their loop) or 8 x 32 x 24 (6144; consumers at 232);
+# beside the few-head consumers (one warpgroup) 128. With 4 warps, 56 against 40 (consumers at
+# 232) gave decode T=32-128 at 64-128 heads 1.01-1.03x under Triton 3.6 and 1.11-1.17x under
+# 3.8, where at 40 the producer's loop reloads 20 spilled values per step (15 under 3.6) and
+# the kernel ran at 0.89-0.92x of its 3.6 speed; 48 and 64 were 1-4% slower than 56 (T=1
+# unchanged; H200, 2026-12-04, run 238).
+PRODUCER_REGS_W4 = gl.constexpr(56)
 PRODUCER_REGS_W8 = gl.constexpr(24)
 PRODUCER_REGS_NARROW = gl.constexpr(128)
 
@@ -289,7 +293,7 @@ def sparse_mla_gluon_fp8_ws_kernel(
     NARROW: gl.constexpr = BLOCK_H < 64  # (kernels/gluon_narrow.py's consumers)
     # The raw halves of odd rows swapped, and the conversion's conflict-free layout (RAW_SWAP,
     # _cvt_layout): with the few-head consumers 1.06-1.11x (run 110). Not timed on the 64-head
-    # kernel, whose producer (40 registers) spills more with it.
+    # kernel, whose producer spilled more with it at 40 registers (it has 56 since run 238).
     SWAP: gl.constexpr = NARROW
     i_t, h0 = _tile_origin(n_heads, BLOCK_H)
     op_t: gl.constexpr = gl.float16 if F16 else gl.bfloat16  # the latent operands' type

@@ -95,8 +95,7 @@ _barrier = getattr(gl, "barrier", None) or gl.thread_barrier
 # :func:`_arrive_all` adds its own barrier only where this is false, so each arrival that frees
 # or fills a slot synchronizes its partition once.
 # (tests/test_portability.py checks the PTX of the installed Triton for it.)
-ARRIVE_SYNCS = gl.constexpr(bool(int(__import__("os").environ.get(
-    "TSM_ARRIVE_SYNCS", int(tuple(int(v) for v in triton.__version__.split(".")[:2]) >= (3, 8))))))
+ARRIVE_SYNCS = gl.constexpr(tuple(int(v) for v in triton.__version__.split(".")[:2]) >= (3, 8))
 # Arguments not specialized on their value (a new variant for a value divisible by 16 or
 # equal to 1), as kernels/attention.py: triton_sparse_mla.warmup relies on it.
 _NOT_SPECIALIZED = ["n_rows", "stride_lse_t", "stride_lse_h"]

@@ -6,7 +6,10 @@ it inside one process) can read a module constant from the environment, e.g.
 then times the shipped plan of each workload under each setting, each setting in a process of
 its own, the settings in turn for ``--rounds`` rounds (so drift shows as a difference between
 rounds), prefill rows heated first. It prints one line per timing and, at the end, each
-setting's mean per workload against the first setting's.
+setting's mean per workload against the first setting's. It times the kernel with the shipped
+tile (``sweep.time_plan``), so an fp8_ds_mla prefill row is that tile, not the bf16 workspace
+route the API takes there. A setting may also change ``PYTHONPATH`` (another Triton, e.g.
+unpacked into a folder there: ``"PYTHONPATH=/that/folder:$PWD/src"``).
 
 Usage: ``python benchmarks/env_ab.py OUT.jsonl --set "TSM_FLAG=0" --set "TSM_FLAG=1"
 [--rounds 2] WORKLOAD ...`` where a setting is one or more ``NAME=VALUE`` separated by spaces

@@ -402,10 +402,11 @@ def gluon_applies(q_nope, kv, d_pe: int, fp8: bool, interpret: bool) -> bool:
 
 
 # The Triton versions whose Gluon calls the kernels use, [first, past the last): compiled and
-# tested with 3.6 (on the H200) and 3.8 (vLLM 0.33's, compiled on a CPU). Triton 3.9 renamed
-# or removed two of them (shared_memory_descriptor._reinterpret, async_copy's
-# async_copy_global_to_shared; seen compiling for sm90 on a CPU, 2026-12-02): there the
-# planner takes each Gluon tile's Triton tile, as on any GPU the Gluon kernels do not cover.
+# tested on the H200 with 3.6 and with 3.8 (vLLM 0.33's; runs 236 and 239, 2026-12-04). Triton
+# 3.9 renamed or removed two of them (shared_memory_descriptor._reinterpret, async_copy's
+# async_copy_global_to_shared, which 3.9 keeps as a stub that raises; seen compiling for sm90
+# on a CPU, 2026-12-02 and -04): there the planner takes each Gluon tile's Triton tile, as on
+# any GPU the Gluon kernels do not cover.
 GLUON_TRITON = ((3, 6), (3, 9))
 
 

@@ -403,10 +403,12 @@ def gluon_applies(q_nope, kv, d_pe: int, fp8: bool, interpret: bool) -> bool:
 
 # The Triton versions whose Gluon calls the kernels use, [first, past the last): compiled and
 # tested on the H200 with 3.6 and with 3.8 (vLLM 0.33's; runs 236 and 239, 2026-12-04). Triton
-# 3.9 renamed or removed two of them (shared_memory_descriptor._reinterpret, async_copy's
-# async_copy_global_to_shared, which 3.9 keeps as a stub that raises; seen compiling for sm90
-# on a CPU, 2026-12-02 and -04): there the planner takes each Gluon tile's Triton tile, as on
-# any GPU the Gluon kernels do not cover.
+# 3.9 renamed two of them (shared_memory_descriptor._reinterpret, async_copy's
+# async_copy_global_to_shared); the kernels reach both through version-neutral names
+# (gluon_sm90._reinterpret, _async_load), and compile for sm90 under 3.9 and pass the PTX
+# probes of tests/test_portability.py there (on a CPU, 2026-12-04), but have not run on a GPU
+# under it. So under 3.9 the planner still takes each Gluon tile's Triton tile, as on any GPU
+# the Gluon kernels do not cover, until a GPU run lets this range include it.
 GLUON_TRITON = ((3, 6), (3, 9))
 
 

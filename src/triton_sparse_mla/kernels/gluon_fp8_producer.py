@@ -59,8 +59,8 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier
 
 from . import gluon_narrow
-from .gluon_sm90 import (FLAT, SMEM, _NOT_SPECIALIZED, _arrive_all, _barrier, _epilogue, _latent_ring, _load_q,
-                         _pass_ids, _split_range, _tile_origin, _ws_consumer)
+from .gluon_sm90 import (FLAT, SMEM, _NOT_SPECIALIZED, _arrive_all, _async_load, _barrier, _epilogue, _latent_ring,
+                         _load_q, _pass_ids, _reinterpret, _split_range, _tile_origin, _ws_consumer)
 
 # Producer registers per thread, by producer warp count: 4 x 32 x 56 (7168; the consumers' two
 # warpgroups keep 224 each, without spills in their loop) or 8 x 32 x 24 (6144; consumers at 232);
@@ -111,9 +111,9 @@ def _raw_half(k_s, slot, SWAP: gl.constexpr = False):
     BLOCK_N: gl.constexpr = k_s.shape[1]
     LAT: gl.constexpr = k_s.shape[2]
     if SWAP:
-        half = k_s.index(slot)._reinterpret(gl.uint8, [2 * BLOCK_N, LAT], RAW_SWAP).slice(BLOCK_N, BLOCK_N)
+        half = _reinterpret(k_s.index(slot), gl.uint8, [2 * BLOCK_N, LAT], RAW_SWAP).slice(BLOCK_N, BLOCK_N)
     else:
-        half = k_s._reinterpret(gl.uint8, [2 * NS, BLOCK_N, LAT], FLAT).index(2 * slot + 1)
+        half = _reinterpret(k_s, gl.uint8, [2 * NS, BLOCK_N, LAT], FLAT).index(2 * slot + 1)
     return half
 
 
@@ -132,27 +132,23 @@ def _copy_pass(k_s0, k_s1, k_s2, k_s3, kp_smem, sc_smem, kv_ptr, ids, n_rows, st
     m_r = ((ids >= 0) & (ids < n_rows))[:, None]
     p_row = kv_ptr + ids.to(gl.int64) * stride_kv
     ptrs = p_row[:, None] + gl.arange(0, LAT, layout=gl.SliceLayout(0, RAWP))[None, :]
-    async_copy.async_copy_global_to_shared(_raw_half(k_s0, slot, SWAP).slice(row0, ROWS), ptrs,
-                                           mask=m_r)
-    async_copy.async_copy_global_to_shared(_raw_half(k_s1, slot, SWAP).slice(row0, ROWS), ptrs + LAT,
-                                           mask=m_r)
-    async_copy.async_copy_global_to_shared(_raw_half(k_s2, slot, SWAP).slice(row0, ROWS), ptrs + 2 * LAT,
-                                           mask=m_r)
-    async_copy.async_copy_global_to_shared(_raw_half(k_s3, slot, SWAP).slice(row0, ROWS), ptrs + 3 * LAT,
-                                           mask=m_r)
+    _async_load(_raw_half(k_s0, slot, SWAP).slice(row0, ROWS), ptrs, mask=m_r)
+    _async_load(_raw_half(k_s1, slot, SWAP).slice(row0, ROWS), ptrs + LAT, mask=m_r)
+    _async_load(_raw_half(k_s2, slot, SWAP).slice(row0, ROWS), ptrs + 2 * LAT, mask=m_r)
+    _async_load(_raw_half(k_s3, slot, SWAP).slice(row0, ROWS), ptrs + 3 * LAT, mask=m_r)
     ids_s = gl.convert_layout(ids, gl.SliceLayout(1, SC4), assert_trivial=True)
     p_sc = (kv_ptr + ids_s.to(gl.int64) * stride_kv + 4 * LAT).to(gl.pointer_type(gl.float32))
     o_s = gl.arange(0, 4, layout=gl.SliceLayout(0, SC4))
-    async_copy.async_copy_global_to_shared(sc_smem.index(slot).slice(row0, ROWS),
-                                           p_sc[:, None] + o_s[None, :],
-                                           mask=((ids_s >= 0) & (ids_s < n_rows))[:, None])
+    _async_load(sc_smem.index(slot).slice(row0, ROWS),
+                p_sc[:, None] + o_s[None, :],
+                mask=((ids_s >= 0) & (ids_s < n_rows))[:, None])
     ids_p = gl.convert_layout(ids, gl.SliceLayout(1, ROPEP), assert_trivial=True)
     # formats.FP8_ROPE_BYTE: the rope after 512 e4m3 bytes and 16 bytes of scales
     p_pe = (kv_ptr + ids_p.to(gl.int64) * stride_kv + 4 * LAT + 16).to(gl.pointer_type(gl.bfloat16))
     o_p = gl.arange(0, D_PE, layout=gl.SliceLayout(0, ROPEP))
-    async_copy.async_copy_global_to_shared(kp_smem.index(slot).slice(row0, ROWS),
-                                           p_pe[:, None] + o_p[None, :],
-                                           mask=((ids_p >= 0) & (ids_p < n_rows))[:, None])
+    _async_load(kp_smem.index(slot).slice(row0, ROWS),
+                p_pe[:, None] + o_p[None, :],
+                mask=((ids_p >= 0) & (ids_p < n_rows))[:, None])
 
 
 @gluon.jit

@@ -66,8 +66,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma_wait)
 
 from .gluon_sm90 import (FLAT1, SMEM, _NOT_SPECIALIZED,
-                         _arrive_all, _barrier, _lse_and_scale, _pass_ids, _ring_rows,
-                         _split_range, _tile_origin)
+                         _arrive_all, _async_load, _barrier, _lse_and_scale, _pass_ids, _reinterpret,
+                         _ring_rows, _split_range, _tile_origin)
 
 # The kernel's own warps are the producer's (``PW``, the default partition); the two consumer
 # warpgroups are worker partitions. (With warpgroup 0 as the default partition it spilled
@@ -108,17 +108,14 @@ def _copy_half(ka, kb, kp, kv_ptr, ids, o_j, n_rows, stride_kv, slot, col0, ROPE
         b_idx = gl.sum(gl.where(o_j[None, :] == j, ids, 0), axis=1)  # (a register: in-thread)
         m_n = (b_idx >= 0) & (b_idx < n_rows)
         ptrs = (kv_ptr + b_idx.to(gl.int64) * stride_kv + col0)[:, None] + o_c[None, :]
-        async_copy.async_copy_global_to_shared(_ring_rows(ka, slot, j * PASS_ROWS, PASS_ROWS), ptrs,
-                                               mask=m_n[:, None])
-        async_copy.async_copy_global_to_shared(_ring_rows(kb, slot, j * PASS_ROWS, PASS_ROWS),
-                                               ptrs + LAT, mask=m_n[:, None])
+        _async_load(_ring_rows(ka, slot, j * PASS_ROWS, PASS_ROWS), ptrs, mask=m_n[:, None])
+        _async_load(_ring_rows(kb, slot, j * PASS_ROWS, PASS_ROWS), ptrs + LAT, mask=m_n[:, None])
         if ROPE_TOO:
             b_idx_pe = gl.convert_layout(b_idx, gl.SliceLayout(1, ROPE), assert_trivial=True)
             m_p = (b_idx_pe >= 0) & (b_idx_pe < n_rows)
             o_p = gl.arange(0, D_PE, layout=gl.SliceLayout(0, ROPE))
             p_pe = (kv_ptr + b_idx_pe.to(gl.int64) * stride_kv + 4 * LAT)[:, None] + o_p[None, :]
-            async_copy.async_copy_global_to_shared(_ring_rows(kp, slot, j * PASS_ROWS, PASS_ROWS),
-                                                   p_pe, mask=m_p[:, None])
+            _async_load(_ring_rows(kp, slot, j * PASS_ROWS, PASS_ROWS), p_pe, mask=m_p[:, None])
 
 
 @gluon.jit
@@ -134,16 +131,13 @@ def _copy_q(q_s0, q_s1, q_s2, q_s3, q_sp, q_nope_ptr, q_pe_ptr, i_t, h0, n_heads
         o_h = h0 + j * PASS_ROWS + gl.arange(0, PASS_ROWS, layout=gl.SliceLayout(1, GATHER))
         p_q = (q_nope_ptr + i_t * stride_qn_t + o_h * stride_qn_h)[:, None] + o_c[None, :]
         m_q = (o_h < n_heads)[:, None]
-        async_copy.async_copy_global_to_shared(q_s0.slice(j * PASS_ROWS, PASS_ROWS), p_q, mask=m_q)
-        async_copy.async_copy_global_to_shared(q_s1.slice(j * PASS_ROWS, PASS_ROWS), p_q + LAT, mask=m_q)
-        async_copy.async_copy_global_to_shared(q_s2.slice(j * PASS_ROWS, PASS_ROWS), p_q + 2 * LAT,
-                                               mask=m_q)
-        async_copy.async_copy_global_to_shared(q_s3.slice(j * PASS_ROWS, PASS_ROWS), p_q + 3 * LAT,
-                                               mask=m_q)
+        _async_load(q_s0.slice(j * PASS_ROWS, PASS_ROWS), p_q, mask=m_q)
+        _async_load(q_s1.slice(j * PASS_ROWS, PASS_ROWS), p_q + LAT, mask=m_q)
+        _async_load(q_s2.slice(j * PASS_ROWS, PASS_ROWS), p_q + 2 * LAT, mask=m_q)
+        _async_load(q_s3.slice(j * PASS_ROWS, PASS_ROWS), p_q + 3 * LAT, mask=m_q)
         o_h2 = h0 + j * PASS_ROWS + gl.arange(0, PASS_ROWS, layout=gl.SliceLayout(1, ROPE))
         p_p = (q_pe_ptr + i_t * stride_qp_t + o_h2 * stride_qp_h)[:, None] + o_p[None, :]
-        async_copy.async_copy_global_to_shared(q_sp.slice(j * PASS_ROWS, PASS_ROWS), p_p,
-                                               mask=(o_h2 < n_heads)[:, None])
+        _async_load(q_sp.slice(j * PASS_ROWS, PASS_ROWS), p_p, mask=(o_h2 < n_heads)[:, None])
 
 
 @gluon.jit
@@ -153,7 +147,7 @@ def _copy_ids(ids_s, slot, p_idx, n0, n_end, BLOCK_N: gl.constexpr, PW: gl.const
     tile's softmax reads its rows' validity there once that half has landed, instead of
     loading the ids from global memory and holding them in registers."""
     o_n = n0 + gl.arange(0, BLOCK_N, layout=gl.BlockedLayout([1], [32], [PW], [0]))
-    async_copy.async_copy_global_to_shared(ids_s.index(slot), p_idx + o_n, mask=o_n < n_end)
+    _async_load(ids_s.index(slot), p_idx + o_n, mask=o_n < n_end)
 
 
 @gluon.jit
@@ -258,7 +252,7 @@ def _opaque_zero(j, n_steps):
 def _q_fresh(q_s, z):
     """q tile ``q_s`` seen through ``z`` (``_opaque_zero``): its wgmma descriptor is then
     computed where it is used instead of hoisted out of the loop."""
-    return q_s._reinterpret(q_s.dtype, [1] + q_s.shape, q_s.layout).index(z)
+    return _reinterpret(q_s, q_s.dtype, [1] + q_s.shape, q_s.layout).index(z)
 
 
 @gluon.jit

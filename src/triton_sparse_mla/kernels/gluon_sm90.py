@@ -96,6 +96,13 @@ _barrier = getattr(gl, "barrier", None) or gl.thread_barrier
 # or fills a slot synchronizes its partition once.
 # (tests/test_portability.py checks the PTX of the installed Triton for it.)
 ARRIVE_SYNCS = gl.constexpr(tuple(int(v) for v in triton.__version__.split(".")[:2]) >= (3, 8))
+# Gluon's asynchronous copy from global to shared memory: async_copy_global_to_shared in Triton
+# 3.6, async_load from 3.8 on (3.8 keeps the old name as an alias, 3.9 as a stub that raises).
+_async_load = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
+# A shared-memory view read as other values, ``_reinterpret(view, dtype, shape, layout)``: the
+# view's ``_reinterpret`` in Triton 3.6-3.8, ``reinterpret`` in 3.9.
+_reinterpret = (getattr(gl.shared_memory_descriptor, "reinterpret", None)
+                or gl.shared_memory_descriptor._reinterpret)
 # Arguments not specialized on their value (a new variant for a value divisible by 16 or
 # equal to 1), as kernels/attention.py: triton_sparse_mla.warmup relies on it.
 _NOT_SPECIALIZED = ["n_rows", "stride_lse_t", "stride_lse_h"]
@@ -152,17 +159,14 @@ def _copy_rows(k_s0, k_s1, k_s2, k_s3, kp_s, kv_ptr, b_idx, b_idx2, n_rows, stri
     # (one allocation per latent tile: copies into subviews of one allocation at a dynamic
     # index each get a barrier of their own, as the compiler cannot tell them apart)
     ptrs = p_row[:, None] + o_c[None, :]
-    async_copy.async_copy_global_to_shared(_ring_rows(k_s0, slot, row0, ROWS), ptrs, mask=m_n[:, None])
-    async_copy.async_copy_global_to_shared(_ring_rows(k_s1, slot, row0, ROWS), ptrs + LAT, mask=m_n[:, None])
-    async_copy.async_copy_global_to_shared(_ring_rows(k_s2, slot, row0, ROWS), ptrs + 2 * LAT,
-                                           mask=m_n[:, None])
-    async_copy.async_copy_global_to_shared(_ring_rows(k_s3, slot, row0, ROWS), ptrs + 3 * LAT,
-                                           mask=m_n[:, None])
+    _async_load(_ring_rows(k_s0, slot, row0, ROWS), ptrs, mask=m_n[:, None])
+    _async_load(_ring_rows(k_s1, slot, row0, ROWS), ptrs + LAT, mask=m_n[:, None])
+    _async_load(_ring_rows(k_s2, slot, row0, ROWS), ptrs + 2 * LAT, mask=m_n[:, None])
+    _async_load(_ring_rows(k_s3, slot, row0, ROWS), ptrs + 3 * LAT, mask=m_n[:, None])
     m_n2 = (b_idx2 >= 0) & (b_idx2 < n_rows)
     p_row2 = kv_ptr + b_idx2.to(gl.int64) * stride_kv + 4 * LAT
     o_p = gl.arange(0, D_PE, layout=gl.SliceLayout(0, GATHER_PE))
-    async_copy.async_copy_global_to_shared(_ring_rows(kp_s, slot, row0, ROWS), p_row2[:, None] + o_p[None, :],
-                                           mask=m_n2[:, None])
+    _async_load(_ring_rows(kp_s, slot, row0, ROWS), p_row2[:, None] + o_p[None, :], mask=m_n2[:, None])
 
 
 @gluon.jit
@@ -625,22 +629,21 @@ def _gather_fp8(raw0, raw1, raw2, raw3, sc0, sc1, sc2, sc3, rp_s, kv_ptr, b_idx_
     m_r = (b_idx_r >= 0) & (b_idx_r < n_rows)
     p_row = kv_ptr + b_idx_r.to(gl.int64) * stride_kv
     ptrs = p_row[:, None] + gl.arange(0, LAT, layout=gl.SliceLayout(0, RAW))[None, :]
-    async_copy.async_copy_global_to_shared(raw0, ptrs, mask=m_r[:, None])
-    async_copy.async_copy_global_to_shared(raw1, ptrs + LAT, mask=m_r[:, None])
-    async_copy.async_copy_global_to_shared(raw2, ptrs + 2 * LAT, mask=m_r[:, None])
-    async_copy.async_copy_global_to_shared(raw3, ptrs + 3 * LAT, mask=m_r[:, None])
+    _async_load(raw0, ptrs, mask=m_r[:, None])
+    _async_load(raw1, ptrs + LAT, mask=m_r[:, None])
+    _async_load(raw2, ptrs + 2 * LAT, mask=m_r[:, None])
+    _async_load(raw3, ptrs + 3 * LAT, mask=m_r[:, None])
     m_s = (b_idx_s >= 0) & (b_idx_s < n_rows)
     p_sc = (kv_ptr + b_idx_s.to(gl.int64) * stride_kv + 4 * LAT).to(gl.pointer_type(gl.float32))
-    async_copy.async_copy_global_to_shared(sc0, p_sc, mask=m_s)
-    async_copy.async_copy_global_to_shared(sc1, p_sc + 1, mask=m_s)
-    async_copy.async_copy_global_to_shared(sc2, p_sc + 2, mask=m_s)
-    async_copy.async_copy_global_to_shared(sc3, p_sc + 3, mask=m_s)
+    _async_load(sc0, p_sc, mask=m_s)
+    _async_load(sc1, p_sc + 1, mask=m_s)
+    _async_load(sc2, p_sc + 2, mask=m_s)
+    _async_load(sc3, p_sc + 3, mask=m_s)
     m_p = (b_idx_p >= 0) & (b_idx_p < n_rows)
     # formats.FP8_ROPE_BYTE: the rope after 512 e4m3 bytes and 16 bytes of scales
     p_pe = (kv_ptr + b_idx_p.to(gl.int64) * stride_kv + 4 * LAT + 16).to(gl.pointer_type(gl.bfloat16))
-    async_copy.async_copy_global_to_shared(
-        rp_s.index(slot), p_pe[:, None] + gl.arange(0, D_PE, layout=gl.SliceLayout(0, GATHER_PE))[None, :],
-        mask=m_p[:, None])
+    _async_load(rp_s.index(slot), p_pe[:, None] + gl.arange(0, D_PE, layout=gl.SliceLayout(0, GATHER_PE))[None, :],
+                mask=m_p[:, None])
     async_copy.commit_group()
 
 

@@ -412,11 +412,15 @@ def gluon_applies(q_nope, kv, d_pe: int, fp8: bool, interpret: bool) -> bool:
 GLUON_TRITON = ((3, 6), (3, 9))
 
 
+def triton_version() -> tuple:
+    """This Triton's (major, minor) version, e.g. ``(3, 8)``."""
+    return tuple(int(v) for v in triton.__version__.split(".")[:2])
+
+
 def gluon_triton() -> bool:
     """Whether this Triton's version is one the Gluon kernels are written for
     (:data:`GLUON_TRITON`); imports nothing."""
-    version = tuple(int(v) for v in triton.__version__.split(".")[:2])
-    return GLUON_TRITON[0] <= version < GLUON_TRITON[1]
+    return GLUON_TRITON[0] <= triton_version() < GLUON_TRITON[1]
 
 
 @functools.lru_cache(maxsize=None)

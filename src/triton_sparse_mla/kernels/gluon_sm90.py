@@ -51,13 +51,14 @@ Import only where Gluon is available and not under the interpreter (see
 import math
 
 import torch
-import triton
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
                                                               warpgroup_mma_wait)
+
+from .attention import triton_version
 
 # The 64-head shape: 64 heads, 64 rows per step, 8 warps (two warpgroups), latent in four
 # 128-column tiles, 64 rope columns, two ring slots (the few-head tile takes its BLOCK_H and
@@ -95,7 +96,7 @@ _barrier = getattr(gl, "barrier", None) or gl.thread_barrier
 # :func:`_arrive_all` adds its own barrier only where this is false, so each arrival that frees
 # or fills a slot synchronizes its partition once.
 # (tests/test_portability.py checks the PTX of the installed Triton for it.)
-ARRIVE_SYNCS = gl.constexpr(tuple(int(v) for v in triton.__version__.split(".")[:2]) >= (3, 8))
+ARRIVE_SYNCS = gl.constexpr(triton_version() >= (3, 8))
 # Gluon's asynchronous copy from global to shared memory: async_copy_global_to_shared in Triton
 # 3.6, async_load from 3.8 on (3.8 keeps the old name as an alias, 3.9 as a stub that raises).
 _async_load = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared

@@ -24,6 +24,7 @@ from triton.compiler import ASTSource
 
 from . import configs
 from .kernels.attention import gluon_module
+from .kernels.common import LAUNCH_OPTIONS
 
 _PTR = {"bf16": "*bf16", "u8": "*u8", "i32": "*i32", "fp32": "*fp32"}
 
@@ -46,7 +47,8 @@ def _compile(kernel, types: dict, constexprs: dict, divisible: set, cap: int, wa
         source = ASTSource
     src = source(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
     target = GPUTarget("cuda", cap, 32)
-    return triton.compile(src, target=target, options={"num_warps": warps, "num_stages": stages})
+    return triton.compile(src, target=target,
+                          options={"num_warps": warps, "num_stages": stages, **LAUNCH_OPTIONS})
 
 
 def _main_kernel_variants(tile: configs.TileConfig, cap: int, fp8: bool, family: str):

@@ -34,6 +34,7 @@ import torch
 
 from .formats import D_NOPE, D_ROPE, FP8_ROW_BYTES
 from .hostmath import cdiv
+from .kernels.common import LAUNCH_OPTIONS
 from .kernels.dedup import mark_rows_kernel, remap_kernel, upconvert_kernel
 
 # Calls with fewer query tokens keep the in-kernel conversion, so decode is unchanged (H200,
@@ -208,7 +209,7 @@ def build(kv: torch.Tensor, indices: torch.Tensor, topk_length, fp8_cvt: int, *,
     new_indices = torch.empty(t_count, topk, dtype=torch.int32, device=device)
     remap_kernel[(t_count, cdiv(topk, _BLOCK_K))](
         idx_ptr=indices, len_ptr=topk_length, pos_ptr=pos, new_idx_ptr=new_indices,
-        n_slots=slots, stride_new_t=new_indices.stride(0), **common)
+        n_slots=slots, stride_new_t=new_indices.stride(0), **common, **LAUNCH_OPTIONS)
     return _upconvert(kv, pos, slots, fp8_cvt), new_indices
 
 
@@ -229,7 +230,8 @@ def _upconvert(kv, pos, slots: int, fp8_cvt: int):
         upconvert_kernel[(cdiv(n_rows, _BLOCK_R),)](
             kv_ptr=kv, pos_ptr=pos, ws_ptr=workspace, n_rows=n_rows, n_slots=slots,
             stride_kv=kv.stride(0),
-            stride_ws=workspace.stride(0), FP8_CVT=fp8_cvt, D_PE=D_ROPE, BLOCK_R=_BLOCK_R)
+            stride_ws=workspace.stride(0), FP8_CVT=fp8_cvt, D_PE=D_ROPE, BLOCK_R=_BLOCK_R,
+            **LAUNCH_OPTIONS)
     return workspace
 
 
@@ -237,4 +239,4 @@ def _mark(mark, indices, topk_length, t_lo, t_hi, common):
     """Mark the rows that valid entries of tokens ``t_lo .. t_hi - 1`` name."""
     if t_hi > t_lo:
         mark_rows_kernel[(t_hi - t_lo, cdiv(common["topk"], _BLOCK_K))](
-            idx_ptr=indices, len_ptr=topk_length, mark_ptr=mark, t_first=t_lo, **common)
+            idx_ptr=indices, len_ptr=topk_length, mark_ptr=mark, t_first=t_lo, **common, **LAUNCH_OPTIONS)

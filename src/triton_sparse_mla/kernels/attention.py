@@ -53,9 +53,10 @@ import triton.language as tl
 
 from ..hostmath import cdiv
 from .combine import launch_combine
-from .common import (FP8_ROPE_BYTE, FP8_SCALE_BYTE, LATENT_TILE, LN2, bf16_words_to_bf16,
-                     block_barrier, dequant_words, load_latent_tile, load_rope_tile, load_words,
-                     opaque, score_part, sink_factor, sm_index, tile_update)
+from .common import (FP8_ROPE_BYTE, FP8_SCALE_BYTE, LATENT_TILE, LAUNCH_OPTIONS, LN2,
+                     bf16_words_to_bf16, block_barrier, dequant_words, load_latent_tile,
+                     load_rope_tile, load_words, opaque, score_part, sink_factor, sm_index,
+                     tile_update)
 
 D_NOPE = 512
 
@@ -332,7 +333,7 @@ def sm_id_count(device_index: int) -> int | None:
         if torch.cuda.is_current_stream_capturing():
             return None
         out = torch.zeros(1, dtype=torch.int32, device=torch.device("cuda", device_index))
-        _sm_id_count_kernel[(1,)](out)
+        _sm_id_count_kernel[(1,)](out, **LAUNCH_OPTIONS)
         _SM_ID_COUNT[device_index] = int(out.item())
     return _SM_ID_COUNT[device_index]
 
@@ -524,7 +525,7 @@ def launch_with_combine(kernel, grid, args, out, lse, attn_sink, splits):
             stride_o_t=out.stride(0), stride_o_h=out.stride(1), stride_o_s=0,
             stride_lse_t=lse.stride(0) if lse is not None else 0,
             stride_lse_h=lse.stride(1) if lse is not None else 0,
-            PARTIAL=False, **args,
+            PARTIAL=False, **args, **LAUNCH_OPTIONS,
         )
     part_o = torch.empty(t_count, splits, h_count, D_NOPE, dtype=torch.float32, device=out.device)
     part_lse = torch.empty(t_count, h_count, splits, dtype=torch.float32, device=out.device)
@@ -532,7 +533,7 @@ def launch_with_combine(kernel, grid, args, out, lse, attn_sink, splits):
         out_ptr=part_o, lse_ptr=part_lse,
         stride_o_t=part_o.stride(0), stride_o_h=part_o.stride(2), stride_o_s=part_o.stride(1),
         stride_lse_t=part_lse.stride(0), stride_lse_h=part_lse.stride(1),
-        PARTIAL=True, **args,
+        PARTIAL=True, **args, **LAUNCH_OPTIONS,
     )
     launch_combine(part_o, part_lse, attn_sink, out, lse)
     return compiled

@@ -16,10 +16,19 @@ call 1.10-1.54x faster at T=4-64 with 16-128 heads.
 import triton
 import triton.language as tl
 
-from .common import LN2, sink_factor
+from .common import LAUNCH_OPTIONS, LN2, sink_factor
 
 BLOCK_HC = 2  # heads per program (run 174: 2 beat 8 alone at every T, H and split count timed)
 NUM_WARPS = 8
+
+
+@triton.jit
+def _split_mask(m_h, s, n_splits):
+    """The heads of mask ``m_h`` [BLOCK_HC, 1] that split ``s`` holds: all while
+    ``s < n_splits``, none after. (A select, not ``m_h & (s < n_splits)``: Triton 3.9's
+    interpreter stores a scalar comparison as int32, and rejects the mask that ANDs it in.
+    Compiled, the two are the same code.)"""
+    return tl.where(s < n_splits, m_h, False)
 
 
 # Not specialized (they follow the split count and the head count, which vary from call to
@@ -45,11 +54,13 @@ def combine_kernel(
     # its layout on the accumulator); the repeated lse loads hit L1.
     b_max = tl.full([BLOCK_HC, 1], float("-inf"), tl.float32)
     for s in tl.static_range(BLOCK_S):
-        b_max = tl.maximum(b_max, tl.load(p_lse + s, mask=m_h & (s < n_splits), other=float("-inf")))
+        b_max = tl.maximum(b_max, tl.load(p_lse + s, mask=_split_mask(m_h, s, n_splits),
+                                            other=float("-inf")))
     b_max = tl.where(b_max == float("-inf"), 0.0, b_max)
     b_sum = tl.zeros([BLOCK_HC, 1], tl.float32)
     for s in tl.static_range(BLOCK_S):
-        b_sum += tl.exp2(tl.load(p_lse + s, mask=m_h & (s < n_splits), other=float("-inf")) - b_max)
+        b_sum += tl.exp2(tl.load(p_lse + s, mask=_split_mask(m_h, s, n_splits),
+                                 other=float("-inf")) - b_max)
     m_nonempty = b_sum > 0.0
     b_lse2 = tl.where(m_nonempty, b_max + tl.log2(tl.where(m_nonempty, b_sum, 1.0)), float("-inf"))
     b_scale = 1.0 / tl.where(m_nonempty, b_sum, 1.0)
@@ -60,7 +71,7 @@ def combine_kernel(
     p_po = part_o_ptr + i_t * stride_po_t + o_h * stride_po_h + o_d
     acc = tl.zeros([BLOCK_HC, D_V], dtype=tl.float32)
     for s in tl.static_range(BLOCK_S):
-        m_s = m_h & (s < n_splits)
+        m_s = _split_mask(m_h, s, n_splits)
         b_w = tl.exp2(tl.load(p_lse + s, mask=m_s, other=float("-inf")) - b_max) * b_scale
         acc += tl.load(p_po + s * stride_po_s, mask=m_s, other=0.0) * b_w
     tl.store(out_ptr + i_t * stride_o_t + o_h * stride_o_h + o_d, acc.to(out_ptr.dtype.element_ty),
@@ -88,5 +99,5 @@ def launch_combine(part_o, part_lse, attn_sink, out, lse):
         stride_lse_t=lse.stride(0) if lse is not None else 0,
         stride_lse_h=lse.stride(1) if lse is not None else 0,
         HAS_SINK=attn_sink is not None, BLOCK_S=combine_block(n_splits), BLOCK_HC=BLOCK_HC,
-        D_V=d_v, num_warps=NUM_WARPS,
+        D_V=d_v, num_warps=NUM_WARPS, **LAUNCH_OPTIONS,
     )

@@ -6,17 +6,29 @@ import math
 import os
 from numbers import Integral, Real
 
+import numpy as np
 import torch
 
 from . import configs, workspace
 from .formats import D_NOPE, D_ROPE, D_V, row_format
-from .kernels.attention import gluon_applies, launch_sparse_mla_fwd
+from .kernels.attention import gluon_applies, launch_sparse_mla_fwd, triton_version
 
 _Q_DTYPES = (torch.bfloat16, torch.float16)
 
 
 def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def _check_interpreter():
+    """Triton's interpreter before 3.7 turns one-element arrays into loop bounds with ``int()``,
+    which numpy 2.4 rejects: fail with what to install instead of a TypeError from inside it."""
+    numpy_version = tuple(int(v) for v in np.__version__.split(".")[:2])
+    if triton_version() < (3, 7) and numpy_version >= (2, 4):
+        raise RuntimeError(
+            f"TRITON_INTERPRET=1: Triton {'.'.join(map(str, triton_version()))}'s interpreter "
+            f"cannot run with numpy {np.__version__} (fixed in Triton 3.7): install "
+            f"'numpy<2.4' or Triton >= 3.7")
 
 
 def _check_tensor(name, x, *, dtype=None, dtypes=None, rank=None, device=None):
@@ -188,6 +200,7 @@ def sparse_mla_attention(q, kv, indices, sm_scale, *, topk_length=None, attn_sin
     if device.type == "cuda":
         family, sm_count, fp8_cvt = configs.device_traits(device.index if device.index is not None else torch.cuda.current_device())
     elif device.type == "cpu" and _interpreting():
+        _check_interpreter()
         family, sm_count, fp8_cvt = "sm90", configs.INTERPRETER_SM_COUNT, 0
     else:
         raise ValueError(

@@ -110,6 +110,14 @@ class TileConfig:
     # 2026-12-03, run 153; BENCHMARKS.md "The alternate-tile kernel shipped");
     # shipped (sm90's _G64).
     pingpong: bool = False
+    # With ``producer_warp`` and fewer than 64 heads (the few-head consumers of
+    # kernels/gluon_narrow.py, either row format): each ring slot freed in two halves, latent
+    # tiles 0-1 and the rope once the PV dots over tiles 0-1 are done, tiles 2-3 after the
+    # rest, so the producer starts the next fill of the slot the time of two PV dots earlier.
+    # Where the step is the producer's fill (8 heads in prefill over 32K rows: 1.38 us per
+    # step against a consumer chain 150-300 cycles shorter, runs 229-235) this is lead the
+    # producer lacks. Experimental, not timed yet: on in no table.
+    free_halves: bool = False
     # With ``gluon``: the Triton tile a call runs where the Gluon kernel does not apply
     # (``without_gluon``; the planner decides it per call, kernels.attention.gluon_applies).
     # None: the same shape with the Gluon-only fields off.
@@ -123,7 +131,8 @@ class TileConfig:
         if self.fallback is not None:
             return self.fallback
         return dataclasses.replace(self, gluon=False, producer_warp=False, qk_ahead=False,
-                                   wide_producer=False, pingpong=False, fp8_f16=self.triton_fp8_f16)
+                                   wide_producer=False, pingpong=False, free_halves=False,
+                                   fp8_f16=self.triton_fp8_f16)
 
     @property
     def triton_fp8_f16(self) -> bool:
@@ -154,6 +163,9 @@ class TileConfig:
         if self.pingpong and self.qk_ahead:
             raise ValueError("pingpong: the alternate-tile Gluon kernel has no qk_ahead; unset "
                              "one of them")
+        if self.free_halves and not narrow:
+            raise ValueError("free_halves: only the few-head Gluon kernels (8, 16 or 32 heads x 64 "
+                             "rows with 4 warps and producer_warp) free their slots in halves")
         if self.fallback is not None and (self.fallback.gluon or not self.gluon):
             raise ValueError("fallback: a Triton tile (gluon off) for a tile with gluon")
         if self.qk_ahead and not self.producer_warp:

@@ -66,7 +66,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma_wait)
 
 from .gluon_sm90 import (FLAT1, SMEM, _NOT_SPECIALIZED,
-                         _arrive_all, _async_load, _barrier, _lse_and_scale, _pass_ids, _reinterpret,
+                         _arrive_all, _async_load, _barrier, _lse_and_scale, _pass_ids, _pass_row, _reinterpret,
                          _ring_rows, _split_range, _tile_origin)
 
 # The kernel's own warps are the producer's (``PW``, the default partition); the two consumer
@@ -97,7 +97,7 @@ CONSUMER_REGS = 224
 
 
 @gluon.jit
-def _copy_half(ka, kb, kp, kv_ptr, ids, o_j, n_rows, stride_kv, slot, col0, ROPE_TOO: gl.constexpr,
+def _copy_half(ka, kb, kp, kv_ptr, ids, n_rows, stride_kv, slot, col0, ROPE_TOO: gl.constexpr,
                GATHER: gl.constexpr, ROPE: gl.constexpr, PASS_ROWS: gl.constexpr,
                PASSES: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr):
     """The asynchronous copies of one half of a tile into ring slot ``slot``: latent columns
@@ -105,7 +105,7 @@ def _copy_half(ka, kb, kp, kv_ptr, ids, o_j, n_rows, stride_kv, slot, col0, ROPE
     ``ids`` as ``gluon_sm90._pass_ids`` gives them; invalid ids are zero-filled."""
     o_c = gl.arange(0, LAT, layout=gl.SliceLayout(0, GATHER))
     for j in gl.static_range(PASSES):
-        b_idx = gl.sum(gl.where(o_j[None, :] == j, ids, 0), axis=1)  # (a register: in-thread)
+        b_idx = _pass_row(ids, j)
         m_n = (b_idx >= 0) & (b_idx < n_rows)
         ptrs = (kv_ptr + b_idx.to(gl.int64) * stride_kv + col0)[:, None] + o_c[None, :]
         _async_load(_ring_rows(ka, slot, j * PASS_ROWS, PASS_ROWS), ptrs, mask=m_n[:, None])
@@ -177,7 +177,6 @@ def _pp_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0
                                           [PW, 1], [1, 0])
     PASS_ROWS: gl.constexpr = PW * 32 // ROW_THREADS
     PASSES: gl.constexpr = BLOCK_N // PASS_ROWS
-    o_j = gl.arange(0, PASSES, layout=gl.SliceLayout(0, GATHER))
     # Both tiles' row ids, loaded once per pair and a pair ahead: their loads' latency hides
     # behind a whole pair's copies and waits. (Each half's ids loaded a half ahead, twice per
     # tile, left the producer stalled on them: 22-30% of its stall samples, run 142; a pair
@@ -200,20 +199,20 @@ def _pp_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0
         t, e, o = _slots(j, n_steps)
         mbarrier.wait(bars.index(_free(t, _A0)), ph)
         _copy_ids(ids_s, e, p_idx, n0, n_end, BLOCK_N, PW)
-        _copy_half(k_s0, k_s1, kp_s, kv_ptr, ids_e, o_j, n_rows, stride_kv, e, 0, False, GATHER, ROPE,
+        _copy_half(k_s0, k_s1, kp_s, kv_ptr, ids_e, n_rows, stride_kv, e, 0, False, GATHER, ROPE,
                    PASS_ROWS, PASSES, LAT, D_PE)
         async_copy.mbarrier_arrive(bars.index(_ready(t, _A0)), increment_count=False)
         mbarrier.wait(bars.index(_free(t, _B1)), ph)
         _copy_ids(ids_s, o, p_idx, n0 + BLOCK_N, n_end, BLOCK_N, PW)
-        _copy_half(k_s2, k_s3, kp_s, kv_ptr, ids_o, o_j, n_rows, stride_kv, o, 2 * LAT, False, GATHER,
+        _copy_half(k_s2, k_s3, kp_s, kv_ptr, ids_o, n_rows, stride_kv, o, 2 * LAT, False, GATHER,
                    ROPE, PASS_ROWS, PASSES, LAT, D_PE)
         async_copy.mbarrier_arrive(bars.index(_ready(t, _B1)), increment_count=False)
         mbarrier.wait(bars.index(_free(t, _B0)), ph)
-        _copy_half(k_s2, k_s3, kp_s, kv_ptr, ids_e, o_j, n_rows, stride_kv, e, 2 * LAT, True, GATHER,
+        _copy_half(k_s2, k_s3, kp_s, kv_ptr, ids_e, n_rows, stride_kv, e, 2 * LAT, True, GATHER,
                    ROPE, PASS_ROWS, PASSES, LAT, D_PE)
         async_copy.mbarrier_arrive(bars.index(_ready(t, _B0)), increment_count=False)
         mbarrier.wait(bars.index(_free(t, _A1)), ph)
-        _copy_half(k_s0, k_s1, kp_s, kv_ptr, ids_o, o_j, n_rows, stride_kv, o, 0, True, GATHER, ROPE,
+        _copy_half(k_s0, k_s1, kp_s, kv_ptr, ids_o, n_rows, stride_kv, o, 0, True, GATHER, ROPE,
                    PASS_ROWS, PASSES, LAT, D_PE)
         async_copy.mbarrier_arrive(bars.index(_ready(t, _A1)), increment_count=False)
         ids_e = nxt_e

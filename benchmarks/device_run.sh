@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # One self-contained call on the GPU machine: install, test, sanitize, sweep, benchmark.
 # Usage (on the device, from the repo root): bash benchmarks/device_run.sh [steps...]
-# Steps: tests sanitizer sweep envab narrow stride fp8sweep splits splits-len warps fp8choice wsparts residency residency-toggle residency-warps ncu ppc ppncu nbprobe vllmtests mid grid gatherl2 splitn splitlat splitprobe exchange apart racecheck racecheck-producer variants wide latency toggle bench prefill (default: tests sanitizer sweep bench
+# Steps: tests sanitizer sweep envab narrow stride fp8sweep splits splits-len warps fp8choice wsparts residency residency-toggle residency-warps ncu ppc ppncu nbprobe vllmtests mid grid gatherl2 splitn splitlat splitprobe exchange apart racecheck racecheck-producer wide latency toggle bench prefill (default: tests sanitizer sweep bench
 # prefill). toggle and residency-toggle time a boolean TileConfig field off and on, named by
 # $TOGGLE (e.g. TOGGLE=prefetch_idx), on the workloads of one row format if $TOGGLE_FMT is set
 # (e.g. TOGGLE_FMT=fp8_ds_mla) and of the head counts in $TOGGLE_HEADS (toggle only; e.g.
 # TOGGLE_HEADS=64,128), with $TOGGLE_BASE set in both variants (toggle only; e.g.
-# TOGGLE_BASE=producer_warp for TOGGLE=qk_ahead); with $TOGGLE set, stride times that field off
+# TOGGLE_BASE=exchange_p); with $TOGGLE set, stride times that field off
 # and on at strides 656 and 768. bench (decode) and prefill benchmark the preset in $BENCH_PRESET (default all;
 # its rows are heated 2 s each since bench.HEAT_S, so one preset per call if all runs long).
 # Logs and JSON go to $OUT.
@@ -64,12 +64,6 @@ for s in $steps; do
       grep -q " passed" "$OUT/narrow-tests.log" && ! grep -q "failed\|error" "$OUT/narrow-tests.log" &&
         timeout 300 python3 benchmarks/sweep.py "$OUT/sweep-narrow.json" --narrow ${TOGGLE_FMT:+--fmt $TOGGLE_FMT} 2>&1 | tee "$OUT/sweep-narrow.log" | grep NARROW ;;
     wide) timeout 240 python3 benchmarks/sweep.py "$OUT/sweep-wide.json" --wide 2>&1 | tee "$OUT/sweep-wide.log" | grep EXCH ;;
-    variants) # the producer-warpgroup Gluon kernels' GPU tests (4 and 8 producer warps, qk_ahead, the
-      # alternate-tile kernel) under their own timeout (a wrong mbarrier phase would hang them),
-      # then the alternate-tile kernel (TileConfig.pingpong, shipped) timed off (the lockstep
-      # kernel with its 4 producer warps) and on in the 64-head bf16 tile
-      timeout 120 python3 -m pytest -q -x -p no:cacheprovider tests/test_attention.py -k "gluon_producer" 2>&1 | tee "$OUT/variants-producer.log" | tail -2
-      timeout 200 python3 benchmarks/sweep.py "$OUT/toggle-pingpong.json" --toggle pingpong --fmt bf16 --heads 64,128 2>&1 | grep TOGGLE ;;
     racecheck-producer) # the producer-warpgroup kernel per problem, and the minimal warp-specialized kernel beside
       # it (BENCHMARKS.md "The producer warpgroup shipped": where racecheck's reports on it lie)
       timeout 200 compute-sanitizer --tool racecheck --print-limit 4 python3 benchmarks/sanitize_producer.py 2>&1 | tee "$OUT/racecheck-producer.log" | tail -30

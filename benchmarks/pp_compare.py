@@ -3,9 +3,8 @@ FlashMLA, on the same inputs, in rounds (``--rounds``, 2), every other one in th
 order, after ``--heat`` seconds of untimed calls (the best of the rounds is reported); each
 output compared with the first form's, and each time given as a ratio to it.
 
-Forms: ``shipped`` (the shipped plans: the alternate-tile kernel, kernels/gluon_pingpong.py),
-``lockstep`` (the same tile with its consumers in lockstep and 8 producer warps, as shipped
-until run 153: kernels/gluon_sm90.py's ``sparse_mla_gluon_ws_kernel``) and ``pp:REGS`` (the
+Forms: ``shipped`` (the shipped plans: the alternate-tile kernel, kernels/gluon_pingpong.py)
+and ``pp:REGS`` (the
 alternate-tile kernel with its consumers at REGS registers: gluon_pingpong.CONSUMER_REGS,
 which the launcher reads when a call plans its launch, so one process can run several).
 ``mod:NAME``: the shipped plans with the alternate-tile kernel taken from module
@@ -14,12 +13,14 @@ gluon_pingpong.py for the run: ``git show REV:src/triton_sparse_mla/kernels/gluo
 > src/triton_sparse_mla/kernels/_pp_base.py``, then ``mod:_pp_base``).
 Any form may end in ``+SPEC``: its kernels compiled with their ``cp.async`` copies rewritten
 as benchmarks/ptx_rewrite.py's SPEC says (``shipped+l2_256``).
-(Run 157 also timed ``pp:REGS:l2``, an L2 prefetch of the next pair's rows, since removed.)
+(Run 157 also timed ``pp:REGS:l2``, an L2 prefetch of the next pair's rows, since removed;
+runs 152-157 the form ``lockstep``, the same tile with its consumers in lockstep and 8
+producer warps, as shipped until run 153, whose kernel was removed after commit 44043de.)
 Prints ``PPC`` lines and writes JSON (after each workload). (Until run 153 forms were
 ``pp:BLOCK_N:PW:REGS``; runs 147-150 also timed switches since removed: ``:each``, ``:early``,
 ``:p1``; BENCHMARKS.md "The 64-head bf16 tile beside FlashMLA's kernel".)
 
-Usage: python benchmarks/pp_compare.py OUT.json [--forms lockstep,shipped,pp:232] [--all]
+Usage: python benchmarks/pp_compare.py OUT.json [--forms shipped,pp:232] [--all]
     [--rounds 4] [--heat 3] [--rows decode:128:16:fp8_ds_mla,prefill:4096:8:bf16:32768]
 (--rows: other rows in place of the default ones, each PHASE:T:H:FORMAT[:CACHE_ROWS])
 """
@@ -57,7 +58,7 @@ MORE_WORKLOADS = [
 
 @contextlib.contextmanager
 def form(spec):
-    """The shipped plans (``shipped``), their tile in lockstep (``lockstep``), or as the
+    """The shipped plans (``shipped``), or as the
     alternate-tile kernel with its consumers at REGS registers (``pp:REGS``), or the shipped
     plans with the alternate-tile kernel of another module (``mod:NAME``); each with
     ``+SPEC``, its copies rewritten (module docstring)."""
@@ -81,14 +82,11 @@ def form(spec):
         return
     saved = configs.plan_launch, gp.CONSUMER_REGS
     shipped = saved[0]
-    if spec == "lockstep":
-        fields = dict(pingpong=False, wide_producer=True)
-    else:
-        kind, regs = spec.split(":")
-        if kind != "pp":
-            raise ValueError(f"--forms: shipped, lockstep, pp:REGS or mod:NAME, got {spec!r}")
-        fields = dict(pingpong=True, wide_producer=False)
-        gp.CONSUMER_REGS = int(regs)
+    kind, _, regs = spec.partition(":")
+    if kind != "pp" or not regs.isdigit():
+        raise ValueError(f"--forms: shipped, pp:REGS or mod:NAME, got {spec!r}")
+    fields = dict(pingpong=True, wide_producer=False)
+    gp.CONSUMER_REGS = int(regs)
 
     def plan(*args, **kwargs):
         p = shipped(*args, **kwargs)
@@ -110,7 +108,7 @@ def _row(text):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
-    ap.add_argument("--forms", default="lockstep,shipped")
+    ap.add_argument("--forms", default="shipped")
     ap.add_argument("--all", action="store_true")
     ap.add_argument("--rows", default="")
     ap.add_argument("--rounds", type=int, default=2)

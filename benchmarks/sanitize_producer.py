@@ -1,5 +1,5 @@
 """compute-sanitizer (racecheck, memcheck) on the producer-warpgroup Gluon kernels
-(TileConfig.producer_warp): sm90's 64-head tile with the producer on, bf16 rows and fp8_ds_mla
+(every TileConfig.gluon tile): sm90's 64-head tile, bf16 rows and fp8_ds_mla
 rows (kernels/gluon_fp8_producer.py), over 64 and 80 heads, and for fp8_ds_mla rows the few-head
 tile (kernels/gluon_narrow.py) over 16 and 24 heads, with every length full and with
 partial lengths (programs with no step), each problem's verdict printed after it so that the
@@ -8,23 +8,12 @@ sanitizer's reports can be placed. Usage: python benchmarks/sanitize_producer.py
 tiles per token; with ``--k 128`` the bf16 tile's two consumer warpgroups (the alternate-tile
 kernel) have one pair of tiles, with 256 two)."""
 
-import dataclasses
 import sys
 
 sys.path.insert(0, "tests")
 from problems import aligned_rows, assert_close, make_problem  # noqa: E402
 
-from triton_sparse_mla import configs, sparse_mla_attention, sparse_mla_reference  # noqa: E402
-
-_pick = configs.pick_tile
-
-
-def _with_producer(*args, **kwargs):
-    tile = _pick(*args, **kwargs)
-    return dataclasses.replace(tile, producer_warp=True) if tile.gluon else tile
-
-
-configs.pick_tile = _with_producer
+from triton_sparse_mla import sparse_mla_attention, sparse_mla_reference  # noqa: E402
 
 
 def check(fmt, t, h, lengths, k):

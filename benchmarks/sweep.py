@@ -335,7 +335,7 @@ def main_toggle(path, field, fmt=None, heads=None, base=None):
     alternating, twice each; every output is compared with the first variant's. ``fmt``: only
     the workloads of that row format (``fp8_f16`` changes nothing on bf16 rows); ``heads``:
     only those head counts; ``base``: another boolean field set in both variants (one that
-    ``field`` needs, e.g. ``producer_warp`` for ``qk_ahead``)."""
+    ``field`` needs)."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     caches = Caches()
     records = []
@@ -426,10 +426,10 @@ NARROW_WORKLOADS += [Workload("decode", t, h, "bf16") for h in (8, 16) for t in 
     Workload("prefill", 4096, 8, "bf16", n_rows=32768), Workload("prefill", 4096, 16, "bf16", n_rows=32768),
     Workload("prefill", 4096, 16, "bf16")]
 # bf16 rows: the few-head consumers fed by the plain rows' producer (kernels/gluon_narrow_plain.py)
-NARROW_PLAIN_TILES = [T(8, 64, 4, 2, gluon=True, producer_warp=True), T(16, 64, 4, 2, gluon=True, producer_warp=True)]
-NARROW_TILES = [T(8, 64, 4, 2, fp8_f16=True, gluon=True, producer_warp=True),
-                T(16, 64, 4, 2, fp8_f16=True, gluon=True, producer_warp=True),
-                T(32, 64, 4, 2, fp8_f16=True, gluon=True, producer_warp=True)]
+NARROW_PLAIN_TILES = [T(8, 64, 4, 2, gluon=True), T(16, 64, 4, 2, gluon=True)]
+NARROW_TILES = [T(8, 64, 4, 2, fp8_f16=True, gluon=True),
+                T(16, 64, 4, 2, fp8_f16=True, gluon=True),
+                T(32, 64, 4, 2, fp8_f16=True, gluon=True)]
 
 
 def main_narrow(path, fmt=None):

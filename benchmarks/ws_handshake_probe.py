@@ -6,8 +6,8 @@ kernel's own shared memory.
 
 A variant is ``PRE,IN``: the barrier of the default warps before the partitions (``PRE``) and
 the one inside the default partition (``IN``), each 0 (none), 1 (barrier 0 with the default
-warps' thread count: the kernels' ``_barrier``, and what the compiler inserts in the producer
-kernel, sparse_mla_gluon_ws_kernel) or 2 (named barrier 3 with the same count, inline PTX).
+warps' thread count: the kernels' ``_barrier``, and what the compiler inserted in the producer
+kernel of run 80) or 2 (named barrier 3 with the same count, inline PTX).
 The worker has a named barrier of its own whenever either is set, as the producer's. Kinds 1
 and 2 order every access alike (the SASS differs only in the barrier's number). Run 80
 (BENCHMARKS.md "The producer warpgroup shipped"): variants 1,1, 2,2 and 1,0 report hazards at

@@ -160,7 +160,7 @@ def test_gluon_tile(p, device):
     stride, not a multiple of 16, the same tile runs the Triton kernel:
     test_every_shipped_config.)"""
     tile = configs.pick_tile("sm90", t_count=128, h_count=64, fp8=p["fmt"] == "fp8_ds_mla")
-    assert tile.gluon and tile.producer_warp and tile.pingpong != (p["fmt"] == "fp8_ds_mla")
+    assert tile.gluon and tile.pingpong != (p["fmt"] == "fp8_ds_mla")
     _check_gluon(p, tile, device)
 
 
@@ -221,34 +221,16 @@ def test_gluon_fp8_operands(p, device):
 @pytest.mark.gpu
 @_SM90_ONLY
 @pytest.mark.parametrize("extra", [{"wide_producer": False}, {"wide_producer": True},
-                                   {"qk_ahead": True, "wide_producer": False}],
-                         ids=["4 warps", "8 warps", "qk_ahead"])
-@pytest.mark.parametrize("p", [c for c in GLUON_CASES if c.values[0]["fmt"] != "fp8_ds_mla"])
-def test_gluon_producer_warp(p, extra, device):
-    """The Gluon tile with ``producer_warp`` (its gathers issued by a producer warpgroup of 4
-    or 8 warps, the tiles handed over through mbarriers) and its consumers in lockstep
-    (kernels/gluon_sm90.py's ``sparse_mla_gluon_ws_kernel``), also with ``qk_ahead`` (the
-    next tile's score dots during this tile's softmax), matches the reference, split and not.
-    (The shipped form, ``pingpong``: test_gluon_tile, with odd and even step counts among the
-    cases.)"""
-    tile = dataclasses.replace(configs.pick_tile("sm90", t_count=128, h_count=64, fp8=False),
-                               producer_warp=True, pingpong=False, **extra)
-    _check_gluon(p, tile, device)
-
-
-@pytest.mark.gpu
-@_SM90_ONLY
-@pytest.mark.parametrize("extra", [{"wide_producer": False}, {"wide_producer": True},
                                    {"wide_producer": False, "fp8_f16": False}],
                          ids=["4 warps", "8 warps", "4 warps bf16 operands"])
 @pytest.mark.parametrize("p", [c for c in GLUON_CASES if c.values[0]["fmt"] == "fp8_ds_mla"])
 def test_gluon_fp8_producer(p, extra, device):
-    """The Gluon tile over fp8_ds_mla rows with ``producer_warp`` (kernels/gluon_fp8_producer.py:
+    """The 64-head Gluon tile over fp8_ds_mla rows (kernels/gluon_fp8_producer.py:
     4 or 8 producer warps copy each tile's raw bytes into the operand slot and dequantize them
     there, into fp16 or bf16 operands) matches the reference, split and not, also for a q past
     fp16's range with fp16 operands."""
     tile = dataclasses.replace(configs.pick_tile("sm90", t_count=128, h_count=64, fp8=True),
-                               producer_warp=True, **extra)
+                               **extra)
     if tile.fp8_f16:
         _check_gluon(p, tile, device, q_gain=1e5)
     _check_gluon(p, tile, device)
@@ -279,7 +261,7 @@ def test_gluon_narrow(p, block_h, f16, extra, device):
     kernels/gluon_fp8_producer.py) matches the reference, split and not, into fp16 operands
     (also for a q past fp16's range) and bf16 ones; also with each slot freed in halves
     (``free_halves``)."""
-    tile = configs.TileConfig(block_h, 64, 4, 2, gluon=True, producer_warp=True, fp8_f16=f16, **extra)
+    tile = configs.TileConfig(block_h, 64, 4, 2, gluon=True, fp8_f16=f16, **extra)
     if f16:
         _check_gluon(p, tile, device, q_gain=1e5)
     _check_gluon(p, tile, device)
@@ -304,7 +286,7 @@ def test_gluon_narrow_plain(p, block_h, halves, device):
     """The few-head Gluon tile over bf16 and fp16 rows (kernels/gluon_narrow_plain.py: the
     consumers of kernels/gluon_narrow.py, rows copied by the plain rows' producer warps) matches
     the reference, split and not; also with each slot freed in halves (``free_halves``)."""
-    _check_gluon(p, configs.TileConfig(block_h, 64, 4, 2, gluon=True, producer_warp=True,
+    _check_gluon(p, configs.TileConfig(block_h, 64, 4, 2, gluon=True,
                                        free_halves=halves), device)
 
 
@@ -327,13 +309,13 @@ def test_gluon_runs_where_it_applies(device, monkeypatch):
     assert gluon_kernels(tile, q.half(), kv8, 64, True, interpret) is None  # fp16 q, fp8 rows
     wide = torch.zeros(10, 584, dtype=torch.bfloat16, device=device)[:, :576]
     assert gluon_kernels(tile, q, wide, 64, False, interpret) is None  # row stride 584
-    narrow = configs.TileConfig(16, 64, 4, 2, gluon=True, producer_warp=True)  # either row format
+    narrow = configs.TileConfig(16, 64, 4, 2, gluon=True)  # either row format
     assert (gluon_kernels(narrow, q, kv8, 64, True, interpret) is not None) == sm90
     assert (gluon_kernels(narrow, q, kv, 64, False, interpret) is not None) == sm90
     with pytest.raises(ValueError, match="gluon.*64 heads x 64 rows.*got 32 x 64"):
         configs.TileConfig(32, 64, 8, 2, gluon=True)
-    with pytest.raises(ValueError, match="gluon.*16 or 32 heads.*producer_warp.*got 16 x 64 with 4"):
-        configs.TileConfig(16, 64, 4, 2, gluon=True)
+    with pytest.raises(ValueError, match="gluon.*16 or 32 heads.*got 16 x 32 with 4"):
+        configs.TileConfig(16, 32, 4, 2, gluon=True)
     # the few-head Gluon tile for 16 heads (the planner never cuts a Gluon tile's heads)
     assert configs.plan_launch("sm90", 132, 1, t_count=128, h_count=16, topk=2048, fp8=True).tile.gluon
     # where the Gluon kernels do not apply, the planner takes each Gluon tile's Triton tile: the
@@ -355,25 +337,14 @@ def test_gluon_runs_where_it_applies(device, monkeypatch):
     assert not tile64.gluon and tile64.exchange_p and not tile64.fp8_f16 and tile64.block_h == 64
     with pytest.raises(ValueError, match="fallback: a Triton tile"):
         configs.TileConfig(16, 32, 4, 2, fallback=configs.TileConfig(16, 32, 4, 3))
-    with pytest.raises(ValueError, match="producer_warp.*gluon"):
-        configs.TileConfig(64, 64, 8, 2, producer_warp=True)
-    with pytest.raises(ValueError, match="qk_ahead.*producer_warp"):
-        configs.TileConfig(64, 64, 8, 2, gluon=True, qk_ahead=True)
-    with pytest.raises(ValueError, match="wide_producer.*producer_warp"):
-        configs.TileConfig(64, 64, 8, 2, gluon=True, wide_producer=True)
-    with pytest.raises(ValueError, match="pingpong.*producer_warp"):
-        configs.TileConfig(64, 64, 8, 2, gluon=True, pingpong=True)
+    for name in ("wide_producer", "pingpong", "free_halves"):
+        with pytest.raises(ValueError, match=f"{name}: only the Gluon kernels read it"):
+            configs.TileConfig(16, 64, 4, 2, **{name: True})
     with pytest.raises(ValueError, match="pingpong.*wide_producer"):
-        configs.TileConfig(64, 64, 8, 2, gluon=True, producer_warp=True, pingpong=True,
-                           wide_producer=True)
-    with pytest.raises(ValueError, match="pingpong.*qk_ahead"):
-        configs.TileConfig(64, 64, 8, 2, gluon=True, producer_warp=True, pingpong=True,
-                           qk_ahead=True)
+        configs.TileConfig(64, 64, 8, 2, gluon=True, pingpong=True, wide_producer=True)
     with pytest.raises(ValueError, match="free_halves: only the few-head"):
-        configs.TileConfig(64, 64, 8, 2, gluon=True, producer_warp=True, free_halves=True)
-    with pytest.raises(ValueError, match="free_halves: only the few-head"):
-        configs.TileConfig(16, 32, 4, 2, free_halves=True)
-    halves = configs.TileConfig(16, 64, 4, 2, gluon=True, producer_warp=True, free_halves=True)
+        configs.TileConfig(64, 64, 8, 2, gluon=True, free_halves=True)
+    halves = configs.TileConfig(16, 64, 4, 2, gluon=True, free_halves=True)
     assert not halves.without_gluon().free_halves
 
 

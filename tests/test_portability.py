@@ -6,11 +6,10 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from triton_sparse_mla import configs
+from triton_sparse_mla import configs, portability
 from triton_sparse_mla.kernels.attention import GLUON_TRITON, gluon_triton
 
 
@@ -173,17 +172,12 @@ _GLUON_PROBE = r"""
 import json, re, sys
 from triton_sparse_mla import configs, portability
 out = {}
-for fp8, f16, producer, ahead, wide in (
-        (False, False, False, False, False), (True, False, False, False, False),
-        (True, True, False, False, False), (False, False, True, False, False),
-        (False, False, True, True, False), (True, True, True, False, False),
-        (True, False, True, False, False), (True, True, True, False, True)):
-    tile = configs.TileConfig(64, 64, 8, 2, exchange_p=True, gluon=True, fp8_f16=f16,
-                              producer_warp=producer, qk_ahead=ahead, wide_producer=wide)
-    for label, kernel, types, cx, div, warps, stages in portability._gluon_variants(tile, fp8):
+for f16, wide in ((False, False), (True, False), (True, True)):
+    tile = configs.TileConfig(64, 64, 8, 2, exchange_p=True, gluon=True, fp8_f16=f16, wide_producer=wide)
+    for label, kernel, types, cx, div, warps, stages in portability._gluon_variants(tile, True):
         k = portability._compile(kernel, types, cx, div, 90, warps, stages)
         ptx = k.asm["ptx"]
-        out[f"{fp8}/{f16}/{producer}/{ahead}/{wide}/{label}"] = dict(
+        out[f"{f16}/{wide}/{label}"] = dict(
             shared=k.metadata.shared, qk=len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n32k16", ptx)),
             pv=len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16", ptx)),
             waits=len(re.findall(r"wgmma\.wait_group", ptx)),
@@ -194,27 +188,46 @@ json.dump(out, open(sys.argv[1], "w"))
 
 @_NEEDS_GLUON
 def test_gluon_kernels_issue_dots_in_groups(tmp_path):
-    """The Gluon kernels of sm90's 64-head tile (kernels/gluon_sm90.py), bf16 and fp8 rows
-    (the latter also into fp16 operands; both also with a producer warpgroup, bf16 rows with
-    and without its next score dots issued ahead, fp8 rows with 4 and 8 producer warps that
-    dequantize: kernels/gluon_fp8_producer.py), final and partial outputs, compile with this
-    Triton: within sm90's shared memory, 36 QK and 16 PV wgmma per step as the Triton tile,
-    and one wait for each of the two groups instead of one per dot (with the score dots ahead,
-    the first tile's dots and their wait before the loop, and in it one wait for the PV dots
-    and the next score dots, plus an empty one after it). With a producer, the consumers'
-    two warpgroups get at least 224 registers and the producer no more than the rest."""
+    """The Gluon kernel of sm90's 64-head tile over fp8_ds_mla rows (kernels/gluon_fp8_producer.py
+    with gluon_sm90's lockstep consumers), into fp16 and bf16 operands, with 4 and 8 producer
+    warps, final and partial outputs, compiles with this Triton: within sm90's shared memory,
+    36 QK and 16 PV wgmma per step as the Triton tile, and one wait for each of the two groups
+    instead of one per dot; the consumers' two warpgroups get at least 224 registers and the
+    producer no more than the rest. (The bf16 rows' 64-head kernel:
+    test_gluon_pingpong_kernel_compiles.)"""
     counts = _probe(_GLUON_PROBE, tmp_path)
-    assert len(counts) == 16, counts
+    assert len(counts) == 6, counts
     for variant, c in counts.items():
-        fp8, _, producer, ahead, wide = (f == "True" for f in variant.split("/")[:5])
+        wide = variant.split("/")[1] == "True"
         assert c["shared"] <= configs.SMEM_LIMIT["sm90"], (variant, c)
-        assert c["qk"] == 576 // 16 * (2 if ahead else 1), (variant, c)
-        assert c["pv"] == 4 * 64 // 16 and c["waits"] == (3 if ahead else 2), (variant, c)
-        if producer:  # (setmaxnreg's values: the consumers' from 200 up, the producer's below)
-            consumers = [r for r in c["regs"] if r >= 200]
-            assert consumers and min(consumers) >= 224, (variant, c)
-            assert all(2 * 128 * min(consumers) + 32 * (8 if wide else 4) * r <= 65536
-                       for r in c["regs"] if r < 200), (variant, c)
+        assert c["qk"] == 576 // 16, (variant, c)
+        assert c["pv"] == 4 * 64 // 16 and c["waits"] == 2, (variant, c)
+        # (setmaxnreg's values: the consumers' from 200 up, the producer's below)
+        consumers = [r for r in c["regs"] if r >= 200]
+        assert consumers and min(consumers) >= 224, (variant, c)
+        assert all(2 * 128 * min(consumers) + 32 * (8 if wide else 4) * r <= 65536
+                   for r in c["regs"] if r < 200), (variant, c)
+
+
+@_NEEDS_GLUON
+def test_gluon_tile_names_its_kernel():
+    """Each Gluon tile names one kernel per row format (gluon_sm90.tile_variant): fp8_ds_mla
+    rows the dequantizing producer's, bf16/fp16 rows the few-head or the alternate-tile
+    kernel; a 64-head tile over bf16/fp16 rows without ``pingpong`` names none (its lockstep
+    kernel was removed) and says so."""
+    from triton_sparse_mla.kernels import gluon_sm90
+
+    def name(tile, fp8):
+        return portability._jit_fn(gluon_sm90.tile_variant(tile, fp8)[0]).__name__
+
+    for h, warps in ((8, 4), (16, 4), (32, 4), (64, 8)):
+        tile = configs.TileConfig(h, 64, warps, 2, gluon=True, fp8_f16=True)
+        assert name(tile, True) == "sparse_mla_gluon_fp8_ws_kernel", h
+    for h in (8, 16):
+        assert name(configs.TileConfig(h, 64, 4, 2, gluon=True), False) == "sparse_mla_gluon_narrow_kernel"
+    assert name(configs.TileConfig(64, 64, 8, 2, gluon=True, pingpong=True), False) == "sparse_mla_gluon_pp_kernel"
+    with pytest.raises(ValueError, match="pingpong: over bf16/fp16 rows the 64-head"):
+        gluon_sm90.tile_variant(configs.TileConfig(64, 64, 8, 2, gluon=True), False)
 
 
 _NARROW_PROBE = r"""
@@ -222,7 +235,7 @@ import json, re, sys
 from triton_sparse_mla import configs, portability
 out = {}
 for block_h, f16 in ((8, True), (16, True), (16, False), (32, True)):
-    tile = configs.TileConfig(block_h, 64, 4, 2, gluon=True, producer_warp=True, fp8_f16=f16)
+    tile = configs.TileConfig(block_h, 64, 4, 2, gluon=True, fp8_f16=f16)
     for label, kernel, types, cx, div, warps, stages in portability._gluon_variants(tile, True):
         k = portability._compile(kernel, types, cx, div, 90, warps, stages)
         ptx = k.asm["ptx"]
@@ -256,7 +269,7 @@ _PINGPONG_PROBE = r"""
 import json, re, sys
 from triton_sparse_mla import configs, portability
 out = {}
-tile = configs.TileConfig(64, 64, 8, 2, exchange_p=True, gluon=True, producer_warp=True,
+tile = configs.TileConfig(64, 64, 8, 2, exchange_p=True, gluon=True,
                           pingpong=True)
 for label, kernel, types, cx, div, warps, stages in portability._gluon_variants(tile, False):
     k = portability._compile(kernel, types, cx, div, 90, warps, stages)
@@ -350,7 +363,7 @@ out = {}
 for fp8 in (False, True):
     for block_h in (8, 16):
         for halves in (False, True):
-            tile = configs.TileConfig(block_h, 64, 4, 2, gluon=True, producer_warp=True, fp8_f16=fp8,
+            tile = configs.TileConfig(block_h, 64, 4, 2, gluon=True, fp8_f16=fp8,
                                       free_halves=halves)
             label, kernel, types, cx, div, warps, stages = next(portability._gluon_variants(tile, fp8))
             k = portability._compile(kernel, types, cx, div, 90, warps, stages)

@@ -72,37 +72,29 @@ class TileConfig:
     # probabilities to the PV dots through shared memory. Replaces ``exchange_p``'s scratch
     # slot in global memory where set. Experimental: on in no table yet.
     scores_apart: bool = False
-    # Run the Gluon kernel (kernels/gluon_sm90.py) where it applies: an SM90 device, Triton
+    # Run the Gluon kernels (kernels/gluon_sm90.py) where they apply: an SM90 device, Triton
     # 3.6 or newer, a 576-column q, bf16 (or fp16 with fp16 rows), a cache aligned to 16; see
     # kernels.attention.gluon_applies. Elsewhere (other GPUs, the interpreter, a NoPE q, an
     # unaligned cache) the planner takes the tile's ``without_gluon`` tile for the Triton
-    # kernel (``fallback``, else the same shape). Two shapes: 64 heads x
-    # 64 rows with 8 warps, and for fp8_ds_mla rows with ``producer_warp`` 16 or 32 heads x 64
-    # rows with 4 warps (kernels/gluon_narrow.py: heads along the wgmma's N; one program per
-    # SM, as ``programs_per_sm`` counts every Gluon tile).
+    # kernel (``fallback``, else the same shape). Two shapes: 64 heads x 64 rows with 8 warps,
+    # and 8, 16 or 32 heads x 64 rows with 4 warps (kernels/gluon_narrow.py: heads along the
+    # wgmma's N; one program per SM, as ``programs_per_sm`` counts every Gluon tile). Every
+    # Gluon kernel gathers its rows in producer warps that hand the tiles over through
+    # mbarriers (over fp8_ds_mla rows they also dequantize, in place in the operand slot:
+    # kernels/gluon_fp8_producer.py, 1.22x at 64 and 1.25x at 128 heads on decode T=128 over
+    # the Gluon kernel without producer warps, H200, 2026-12-02, run 98; over bf16 rows
+    # 1.05-1.07x, runs 75-76).
     gluon: bool = False
-    # With ``gluon``: the gathers issued by a producer warpgroup, the tiles handed over through
-    # mbarriers. bf16/fp16 rows: kernels/gluon_sm90.py, sparse_mla_gluon_ws_kernel, 1.05-1.07x on
-    # sm90's 64-head tile (H200, 2026-12-01, runs 75-76). fp8_ds_mla rows: the producer also
-    # dequantizes, in place in the operand slot (kernels/gluon_fp8_producer.py), 1.22x at 64
-    # and 1.25x at 128 heads on decode T=128 (H200, 2026-12-02, run 98).
-    producer_warp: bool = False
-    # With ``producer_warp``: the next tile's score dots issued during this tile's softmax
-    # (a second score tile in registers). 0.75-0.82x of the producer kernel without it (H200,
-    # 2026-12-01, run 76): with two ring slots, the dots wait for a tile the producer only
-    # began to copy when the step before ended. On in no table. bf16/fp16 rows; fp8_ds_mla rows
-    # ignore it.
-    qk_ahead: bool = False
-    # With ``producer_warp``: 8 producer warps instead of 4 (passes of 16 rows, half the
+    # With ``gluon``: 8 producer warps instead of 4 (passes of 16 rows, half the
     # passes per warp; the consumers at 232 registers instead of 240, no spills, Triton 3.6 and
-    # 3.8). bf16 rows: 1.00-1.04x, 1.16x with random lengths (H200, 2026-12-02, run 87);
-    # shipped. fp8_ds_mla rows: 0.95-0.96x with the whole-tile conversion (run 97: at 24
+    # 3.8). bf16 rows, beside the 64-head lockstep consumers (a kernel since replaced by
+    # ``pingpong``'s): 1.00-1.04x, 1.16x with random lengths (H200, 2026-12-02, run 87). fp8_ds_mla rows: 0.95-0.96x with the whole-tile conversion (run 97: at 24
     # registers the dequantizing producer spills), not timed with the passes; off. On the
     # few-head fp8 tiles (producer at 128 registers, no spills, half the producer's
     # instructions per warp): 0.96-0.98x in decode, 1.03x in prefill over 32K rows (H200,
     # 2026-12-03, run 140); off.
     wide_producer: bool = False
-    # With ``producer_warp``: the two consumer warpgroups on alternate tiles, the output's
+    # With ``gluon`` and 64 heads: the two consumer warpgroups on alternate tiles, the output's
     # columns split between them (kernels/gluon_pingpong.py), so that one's score dots run
     # during the other's softmax; its producer has 4 warps (not with ``wide_producer``).
     # bf16/fp16 rows; fp8_ds_mla rows ignore it. 1.03-1.22x of the lockstep producer kernel
@@ -110,7 +102,7 @@ class TileConfig:
     # 2026-12-03, run 153; BENCHMARKS.md "The alternate-tile kernel shipped");
     # shipped (sm90's _G64).
     pingpong: bool = False
-    # With ``producer_warp`` and fewer than 64 heads (the few-head consumers of
+    # With ``gluon`` and fewer than 64 heads (the few-head consumers of
     # kernels/gluon_narrow.py, either row format): each ring slot freed in two halves, latent
     # tiles 0-1 and the rope once the PV dots over tiles 0-1 are done, tiles 2-3 after the
     # rest, so the producer starts the next fill of the slot the time of two PV dots earlier.
@@ -126,13 +118,12 @@ class TileConfig:
     def without_gluon(self) -> "TileConfig":
         """The tile for the Triton kernel: ``fallback`` where set, else the same shape with
         ``gluon`` off, and with it every field only the Gluon kernels read (each of which
-        requires ``gluon`` or ``producer_warp``), ``fp8_f16`` as the Triton kernel ran it
+        requires ``gluon``), ``fp8_f16`` as the Triton kernel ran it
         (``triton_fp8_f16``)."""
         if self.fallback is not None:
             return self.fallback
-        return dataclasses.replace(self, gluon=False, producer_warp=False, qk_ahead=False,
-                                   wide_producer=False, pingpong=False, free_halves=False,
-                                   fp8_f16=self.triton_fp8_f16)
+        return dataclasses.replace(self, gluon=False, wide_producer=False, pingpong=False,
+                                   free_halves=False, fp8_f16=self.triton_fp8_f16)
 
     @property
     def triton_fp8_f16(self) -> bool:
@@ -142,35 +133,22 @@ class TileConfig:
 
     def __post_init__(self):
         shape = (self.block_h, self.block_n, self.num_warps)
-        narrow = shape in ((8, 64, 4), (16, 64, 4), (32, 64, 4)) and self.producer_warp
+        narrow = shape in ((8, 64, 4), (16, 64, 4), (32, 64, 4))
         if self.gluon and shape != (64, 64, 8) and not narrow:
             raise ValueError(f"gluon: the Gluon kernels have two tiles, 64 heads x 64 rows with 8 "
-                             f"warps, and 8, 16 or 32 heads x 64 rows with 4 warps and "
-                             f"producer_warp, got {self.block_h} x {self.block_n} with "
-                             f"{self.num_warps}")
-        if self.producer_warp and not self.gluon:
-            raise ValueError("producer_warp: only the Gluon kernel has a producer warp; set gluon "
-                             "too")
-        if self.wide_producer and not self.producer_warp:
-            raise ValueError("wide_producer: only the producer-warp Gluon kernel has producer "
-                             "warps; set producer_warp too")
-        if self.pingpong and not self.producer_warp:
-            raise ValueError("pingpong: the alternate-tile Gluon kernel has a producer "
-                             "warpgroup; set producer_warp too")
+                             f"warps, and 8, 16 or 32 heads x 64 rows with 4 warps, got "
+                             f"{self.block_h} x {self.block_n} with {self.num_warps}")
+        for name in ("wide_producer", "pingpong", "free_halves"):
+            if getattr(self, name) and not self.gluon:
+                raise ValueError(f"{name}: only the Gluon kernels read it; set gluon too")
         if self.pingpong and self.wide_producer:
             raise ValueError("pingpong: the alternate-tile Gluon kernel's producer has 4 warps; "
                              "unset wide_producer")
-        if self.pingpong and self.qk_ahead:
-            raise ValueError("pingpong: the alternate-tile Gluon kernel has no qk_ahead; unset "
-                             "one of them")
         if self.free_halves and not narrow:
             raise ValueError("free_halves: only the few-head Gluon kernels (8, 16 or 32 heads x 64 "
-                             "rows with 4 warps and producer_warp) free their slots in halves")
+                             "rows with 4 warps) free their slots in halves")
         if self.fallback is not None and (self.fallback.gluon or not self.gluon):
             raise ValueError("fallback: a Triton tile (gluon off) for a tile with gluon")
-        if self.qk_ahead and not self.producer_warp:
-            raise ValueError("qk_ahead: only the producer-warp Gluon kernel issues its score dots "
-                             "ahead; set producer_warp too")
 
     @property
     def scratch_exchange(self) -> bool:
@@ -232,7 +210,7 @@ C = TileConfig
 # 1.18-1.41x over the exchange_p tile on bf16 rows and 1.18-1.22x on fp8_ds_mla rows, decode
 # T=32-512 and prefill T=4096, 64 and 128 heads (H200, 2026-12-01, run 67, its prototype;
 # BENCHMARKS.md "The Gluon tile").
-# Its bf16/fp16 rows gathered by a producer warpgroup (producer_warp): 1.05-1.07x on decode
+# Its bf16/fp16 rows gathered by a producer warpgroup: 1.05-1.07x on decode
 # T=32 and T=128 and on prefill T=4096, 64 and 128 heads (H200, 2026-12-01, runs 75-76).
 # racecheck's reports on it lie in Triton's hand-over to the partitions, and it reports the
 # same on a kernel with no shared memory of its own (run 80; BENCHMARKS.md "The producer
@@ -246,14 +224,14 @@ C = TileConfig
 # H=128 (1.03x at T=32 H=64 with random lengths), 1.19x and 1.22x in prefill T=4096 over 32K
 # rows with 64 and 128 heads, 1.12x over 1M rows (H200, 2026-12-03, run 153; BENCHMARKS.md "The
 # alternate-tile kernel shipped").
-_G64 = C(64, 64, 8, 2, exchange_p=True, gluon=True, producer_warp=True, pingpong=True)
+_G64 = C(64, 64, 8, 2, exchange_p=True, gluon=True, pingpong=True)
 # Its fp8_ds_mla rows into fp16 operands (fp8_f16): 1.03-1.05x on decode T=32-512, 64 and 128
 # heads (H200, 2026-12-01, run 73). Gathered and dequantized by a producer warpgroup of 4 warps
-# (producer_warp; kernels/gluon_fp8_producer.py), converting in passes of 16 rows: decode T=128
+# (kernels/gluon_fp8_producer.py), converting in passes of 16 rows: decode T=128
 # 1.22x at 64 heads and 1.25x at 128 (H200, 2026-12-02, run 98; with the tile converted whole
 # after its last copy, 1.02x and 1.06x, run 97). Its decode rows with 64 and 128 heads, T=4-512,
 # against run 89's table (another run): 1.01-1.31x (BENCHMARKS.md "A producer that dequantizes").
-_G64_F16 = C(64, 64, 8, 2, exchange_p=True, gluon=True, fp8_f16=True, producer_warp=True)
+_G64_F16 = C(64, 64, 8, 2, exchange_p=True, gluon=True, fp8_f16=True)
 # fp8_ds_mla decode with 8-32 heads: the few-head Gluon tiles (kernels/gluon_narrow.py: rows
 # along the wgmma's M, heads along N, one consumer warpgroup; the dequantizing producer of
 # _G64_F16). Against the Triton tiles they replace (16x32 with 3 stages, 32x32), decode T=32-512:
@@ -265,15 +243,13 @@ _G64_F16 = C(64, 64, 8, 2, exchange_p=True, gluon=True, fp8_f16=True, producer_w
 # tiles they replaced run instead (``fallback``). In prefill too (below workspace.MIN_TOKENS,
 # and above it where the workspace does not pay: workspace.MIN_REUSE_GLUON): T=4096 H=16 over
 # 32K rows 2053 us against the 16x32 Triton tile's 3103, 1.51x (H200, 2026-12-02, runs 117-118).
-_N16 = C(16, 64, 4, 2, fp8_f16=True, gluon=True, producer_warp=True,
-         fallback=C(16, 32, 4, 3, fp8_f16=True))
+_N16 = C(16, 64, 4, 2, fp8_f16=True, gluon=True, fallback=C(16, 32, 4, 3, fp8_f16=True))
 # Up to 8 heads the same tile with N = 8 (no padding heads: half the score and output
 # operands' B reads, softmax work and accumulators of the 16-head tile): against _N16 on the
 # same inputs 1.04x at T=32, 1.044x at T=128 (66.8 against 69.7 us), 1.054x at T=512, 1.05x
 # with random lengths and in prefill over 1M rows (H200, 2026-12-04, run 184).
 _N8 = dataclasses.replace(_N16, block_h=8)
-_N32 = C(32, 64, 4, 2, fp8_f16=True, gluon=True, producer_warp=True,
-         fallback=C(32, 32, 4, 2, fp8_f16=True))
+_N32 = C(32, 64, 4, 2, fp8_f16=True, gluon=True, fallback=C(32, 32, 4, 2, fp8_f16=True))
 # bf16/fp16 rows with 17-32 heads: the 64-head alternate-tile kernel, the heads past H masked
 # (q's zero-filled, their output and lse not stored: a Gluon tile keeps its 64 rows, the
 # wgmma's smallest M), instead of the 32x64 Triton tile (mma.sync: Triton gives tiles of fewer
@@ -289,7 +265,7 @@ _G64_32 = dataclasses.replace(_G64, fallback=C(32, 64, 4, 2))
 # decode T=128 1.13x (8 heads, 84.5 -> 75.0 us) and 1.15x (16), T=32 1.23x, T=512 1.04x, random
 # lengths 1.29x; prefill T=4096 over 32K rows 1.21x (8 heads) and 1.09x (16), over 1M rows 1.03x.
 # Where the Gluon kernels do not apply, those Triton tiles (``fallback``).
-_P8 = C(8, 64, 4, 2, gluon=True, producer_warp=True, fallback=C(16, 64, 4, 3, prefetch_idx=False))
+_P8 = C(8, 64, 4, 2, gluon=True, fallback=C(16, 64, 4, 3, prefetch_idx=False))
 _P16 = dataclasses.replace(_P8, block_h=16)
 _P8_PREFILL = dataclasses.replace(_P8, fallback=C(16, 64, 4, 2))
 _P16_PREFILL = dataclasses.replace(_P8_PREFILL, block_h=16)

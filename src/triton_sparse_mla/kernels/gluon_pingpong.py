@@ -45,7 +45,7 @@ Shared memory: q 72 KB, two slots of 64 rows 144 KB, the row max and denominator
 Shipped in sm90's tables for bf16/fp16 rows with 64 or more heads (configs._G64). Measured
 (H200, BENCHMARKS.md "Consumers on alternate tiles", its second form, "The 64-head bf16 tile
 beside FlashMLA's kernel" and "The alternate-tile kernel shipped"): from 0.69-0.84x of the
-lockstep kernel (kernels/gluon_sm90.py's ``sparse_mla_gluon_ws_kernel``) in its first form
+lockstep kernel with producer warps (removed after; commit 44043de has it) in its first form
 (runs 91-95), by the hardware-barrier exchanges and the next tile's score dots behind the PV
 dots (runs 135-136), 8 producer threads per row (1.11-1.14x, run 137), the row ids loaded once
 per pair a pair ahead (1.06x in decode, run 143), each tile's ids in a shared-memory ring (5%

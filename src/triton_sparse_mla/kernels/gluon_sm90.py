@@ -1,48 +1,35 @@
-"""The 64-head tile for SM90 in Gluon (Triton's lower-level language): bf16/fp16 and
-fp8_ds_mla rows, 576-wide q (512 latent + 64 rope).
+"""The SM90 Gluon kernels' shared parts (Gluon: Triton's lower-level language), the 64-head
+lockstep consumers and the producer warps that copy bf16/fp16 rows; and the choice of kernel
+for a tile (:func:`tile_variant`) with its launch arguments (:func:`kernel_args`).
 
-Same program as kernels/attention.py (one token x 64 heads x one split of its top-k, rows
-gathered once per program, the latent columns reused as V, online softmax in base 2, partial
-outputs merged by kernels/combine.py), with what Triton's tile for 64 heads cannot say:
+Every Gluon kernel runs the program of kernels/attention.py (one token x a head tile x one
+split of its top-k, rows gathered once per program, the latent columns reused as V, online
+softmax in base 2, partial outputs merged by kernels/combine.py), with what Triton's tiles
+cannot say:
 
+* producer warps (``gl.warp_specialize``) gather each step's rows into a 2-slot ring of
+  asynchronous copies and hand each slot over through mbarriers (``ready``, ``free``); the
+  consumers neither form addresses nor issue copies;
 * the five QK dots are issued asynchronously on one accumulator and waited for once (Triton
   drains the tensor pipe after each: it makes only dots with a loop-carried accumulator
   asynchronous), and the four PV dots likewise;
-* each warpgroup computes half of the score tile's rows (``warps_per_cta=[4, 2]``); the row
-  max is reduced across the two, and the probabilities reach the PV dots through 8 KB of
-  shared memory, which each warpgroup then loads whole into registers (no scratch slot in
-  global memory, as ``exchange_p`` needs);
-* the gathered rows go through a 2-slot ring of asynchronous copies; the next tile's copies
-  are issued while this step's score dots run, into the slot the last step's PV dots read
-  (both warpgroups waited for those before this step's barrier);
 * every accumulator is rescaled before the first PV dot is issued: ptxas serializes all wgmma
   (its remark C7515) when other instructions write an accumulator while a wgmma is in flight.
 
-Shared memory (bf16 rows): q 72 KB, two slots of 64 rows 144 KB, P 8 KB: 224.5 KB, one
-program per SM. fp8_ds_mla rows: one raw buffer of 33 KB, dequantized into one bf16 operand
-tile (64 KB) that both dots read, the rope through a 2-slot ring: 193.5 KB.
+The kernels (``TileConfig.gluon``; sm90's tables): fp8_ds_mla rows, the producer also
+dequantizing (kernels/gluon_fp8_producer.py: 64 heads with this module's lockstep consumers,
+:func:`_ws_consumer`, each warpgroup half of the score tile's rows; 8-32 heads with
+kernels/gluon_narrow.py's, heads along the wgmma's N); bf16/fp16 rows, 64 heads with two
+consumer warpgroups on alternate tiles (kernels/gluon_pingpong.py), 8-16 heads with
+gluon_narrow's consumers and this module's producer (kernels/gluon_narrow_plain.py).
 
-Compiled for sm90 by Triton 3.6: 743 instructions per warp and 64-row step against the
-Triton tile's 980, 2 tensor-pipe drains against 9, 6 barriers against 14, 253 registers
-without spills (fp8_ds_mla rows: 1142 against 1414, 255). On the H200 1.18-1.41x faster than
-the Triton tile (bf16) and 1.18-1.22x (fp8_ds_mla), decode and prefill (BENCHMARKS.md, "The
-Gluon tile").
-
-fp8_ds_mla rows go into fp16 operands where the table says so (``TileConfig.fp8_f16``: 890
-instructions per step, 1.03-1.05x; shipped). bf16/fp16 rows were gathered by a producer
-warpgroup (``TileConfig.producer_warp``, :func:`sparse_mla_gluon_ws_kernel`: 1.05-1.07x), of 8
-warps (``TileConfig.wide_producer``: 1.00-1.04x, 1.16x with random lengths; run 87); that
-lockstep kernel is replaced in the tables by its two consumer warpgroups on alternate tiles
-(``TileConfig.pingpong``, kernels/gluon_pingpong.py: 1.03-1.22x, run 153; shipped). fp8_ds_mla
-rows are gathered and dequantized by a producer warpgroup where the table says so
-(``TileConfig.producer_warp``, kernels/gluon_fp8_producer.py: 1.22-1.25x; shipped, run 98;
-:func:`sparse_mla_gluon_fp8_kernel` below runs without it). On in no table: the next tile's
-score dots issued during this tile's softmax (``TileConfig.qk_ahead``: 0.75-0.82x), and the
-lockstep kernels for bf16/fp16 rows. H200, 2026-12-01 to -03, runs 73-153.
-
-A second shape, for fp8_ds_mla rows with 16 or 32 heads: the same producer kernel with one
-consumer warpgroup that computes the products transposed, heads along the wgmma's N
-(kernels/gluon_narrow.py; 1.25-1.89x over the Triton tiles, runs 101-104).
+Timed and removed (H200, 2026-12-01 to -03; BENCHMARKS.md "The Gluon tile", "The producer
+warpgroup shipped", "The alternate-tile kernel shipped"): the first 64-head kernels without
+producer warps (1.18-1.41x over the Triton tile on bf16 rows, 1.18-1.22x on fp8_ds_mla; the
+producers then gave 1.05-1.07x and 1.22-1.25x more), the lockstep bf16 kernel with producer
+warps (the alternate-tile kernel 1.03-1.22x over it, run 153), and the next tile's score dots
+issued during this tile's softmax (0.75-0.82x, run 76). Their code: commit 44043de and
+earlier.
 
 Import only where Gluon is available and not under the interpreter (see
 :func:`kernels.attention.gluon_kernels`).
@@ -64,17 +51,10 @@ from .attention import triton_version
 # 128-column tiles, 64 rope columns, two ring slots (the few-head tile takes its BLOCK_H and
 # warps from its TileConfig: tile_variant).
 BLOCK_H, BLOCK_N, LAT, D_PE, NUM_WARPS, NS = 64, 64, 128, 64, 8, 2
-# Gathers: 16 bytes per thread and copy ([BLOCK_N, LAT] 16-bit values, [BLOCK_N, D_PE] 16-bit
-# values, and for fp8_ds_mla rows [BLOCK_N, LAT] e4m3 bytes).
+# The 64-head kernels' loads of q (:func:`_q_values`): 16 bytes per thread ([BLOCK_H, LAT] and
+# [BLOCK_H, D_PE] 16-bit values).
 GATHER = gl.constexpr(gl.BlockedLayout([1, 8], [2, 16], [NUM_WARPS, 1], [1, 0]))
 GATHER_PE = gl.constexpr(gl.BlockedLayout([1, 8], [4, 8], [NUM_WARPS, 1], [1, 0]))
-RAW = gl.constexpr(gl.BlockedLayout([1, 16], [4, 8], [NUM_WARPS, 1], [1, 0]))
-# fp8_ds_mla scales, [BLOCK_N] fp32 per latent tile: copied in this layout, each by 4 threads
-# (in RAW's row slice, by 8): 1.01-1.03x on the 64-head fp8 decode rows against RAW's slice
-# (H200, 2026-12-01, run 71, BENCHMARKS.md "The Gluon tile"). (8 bytes per thread in RAW,
-# which makes each thread's dequantized values one 16-byte store: 0.93-0.95x, 60 more
-# instructions per step.)
-SCALES = gl.constexpr(gl.BlockedLayout([1], [32], [NUM_WARPS], [0]))
 SMEM = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2))
 FLAT = gl.constexpr(gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[1, 0]))
 FLAT1 = gl.constexpr(gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[0]))
@@ -124,17 +104,6 @@ def _row_ids(idx_ptr, n0, n_end, LAYOUT: gl.constexpr, BLOCK_N: gl.constexpr):
     """Row ids ``idx[n0:n0 + BLOCK_N]`` in ``LAYOUT``, -1 past ``n_end``."""
     o_n = n0 + gl.arange(0, BLOCK_N, layout=LAYOUT)
     return gl.load(idx_ptr + o_n, mask=o_n < n_end, other=-1)
-
-
-@gluon.jit
-def _gather(k_s0, k_s1, k_s2, k_s3, kp_s, kv_ptr, b_idx, b_idx2, n_rows, stride_kv, slot,
-            GATHER: gl.constexpr, GATHER_PE: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr):
-    """Issue the asynchronous copies of rows ``b_idx`` (the same ids in GATHER's and GATHER_PE's
-    row slices) into ring slot ``slot`` as one group: four latent tiles [BLOCK_N, LAT] and the
-    rope tile [BLOCK_N, D_PE]."""
-    _copy_rows(k_s0, k_s1, k_s2, k_s3, kp_s, kv_ptr, b_idx, b_idx2, n_rows, stride_kv, slot, 0,
-               GATHER, GATHER_PE, LAT, D_PE)
-    async_copy.commit_group()
 
 
 # What _copy_rows copies of a slot: all of it, or one of the halves TileConfig.free_halves
@@ -246,16 +215,6 @@ def _tile_origin(n_heads, BLOCK_H: gl.constexpr):
 
 
 @gluon.jit
-def _rows_ring(dtype: gl.constexpr, rope_dtype: gl.constexpr, BLOCK_H: gl.constexpr,
-               BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr, NS: gl.constexpr):
-    """The shared memory of the producer and bf16/fp16 kernels: an NS-slot ring of gathered rows
-    (:func:`_latent_ring`) and the probabilities tile (``dtype``)."""
-    k_s0, k_s1, k_s2, k_s3, kp_smem = _latent_ring(dtype, rope_dtype, BLOCK_N, LAT, D_PE, NS)
-    p_smem = gl.allocate_shared_memory(dtype, [BLOCK_H, BLOCK_N], SMEM)
-    return k_s0, k_s1, k_s2, k_s3, kp_smem, p_smem
-
-
-@gluon.jit
 def _latent_ring(dtype: gl.constexpr, rope_dtype: gl.constexpr, BLOCK_N: gl.constexpr,
                  LAT: gl.constexpr, D_PE: gl.constexpr, NS: gl.constexpr):
     """An NS-slot ring of gathered rows: four latent tiles [NS, BLOCK_N, LAT] of ``dtype`` and
@@ -304,17 +263,6 @@ def _scores(q_s0, q_s1, q_s2, q_s3, q_sp, k0, k1, k2, k3, kp, s_zero):
 
 
 @gluon.jit
-def _softmax_pv(s, acc0, acc1, acc2, acc3, b_m, b_l2, k0, k1, k2, k3, p_smem, p_idx, n0, n_end,
-                n_rows, qk_scale, BLOCK_N: gl.constexpr):
-    """After a step's scores ``s`` [BLOCK_H, BLOCK_N] (S_L): the online softmax over entries
-    ``idx[n0:n0 + BLOCK_N]`` and the PV dots over the four latent tiles ``k0..k3`` (shared
-    memory, [BLOCK_N, LAT]); returns the accumulators, running max and denominator."""
-    s, acc0, acc1, acc2, acc3, b_m, b_l2 = _rescale(s, acc0, acc1, acc2, acc3, b_m, b_l2, p_idx, n0,
-                                                    n_end, n_rows, qk_scale, BLOCK_N)
-    return _probs_pv(s, acc0, acc1, acc2, acc3, b_m, b_l2, k0, k1, k2, k3, p_smem)
-
-
-@gluon.jit
 def _rescale(s, acc0, acc1, acc2, acc3, b_m, b_l2, p_idx, n0, n_end, n_rows, qk_scale,
              BLOCK_N: gl.constexpr):
     """The softmax's first half: scores masked and scaled, the running max moved, the
@@ -347,8 +295,7 @@ def _probs_pv(s, acc0, acc1, acc2, acc3, b_m, b_l2, k0, k1, k2, k3, p_smem):
     acc1 = warpgroup_mma(p_op, k1, acc1, is_async=True)
     acc2 = warpgroup_mma(p_op, k2, acc2, is_async=True)
     acc3 = warpgroup_mma(p_op, k3, acc3, is_async=True)
-    # One wait for the four PV dots (and, with QK_AHEAD, the next tile's QK dots issued
-    # before them), inside the step: a wgmma still in flight while the next step defines its
+    # One wait for the four PV dots, inside the step: a wgmma still in flight while the next step defines its
     # score accumulator would make ptxas serialize every wgmma.
     acc0, acc1, acc2, acc3 = warpgroup_mma_wait(0, deps=[acc0, acc1, acc2, acc3])
     return acc0, acc1, acc2, acc3, b_m, b_l2
@@ -400,85 +347,18 @@ def _epilogue(acc0, acc1, acc2, acc3, b_m, b_l2, sink_ptr, out_ptr, lse_ptr, i_t
     gl.store(p_o + 3 * LAT, (acc3 * inv_l).to(out_ptr.dtype.element_ty), mask=m_o)
 
 
-@gluon.jit(do_not_specialize=_NOT_SPECIALIZED)
-def sparse_mla_gluon_kernel(
-    q_nope_ptr, q_pe_ptr, kv_ptr, idx_ptr, len_ptr, sink_ptr, out_ptr, lse_ptr,
-    qk_scale, n_rows, n_heads, topk, split_size,
-    stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h, stride_kv, stride_idx_t,
-    stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
-    HAS_LEN: gl.constexpr, HAS_SINK: gl.constexpr, PARTIAL: gl.constexpr,
-    BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
-    NS: gl.constexpr,
-):
-    """One program: one token x BLOCK_H heads x one split of its top-k, over rows of q's
-    dtype (bf16 or fp16): the final output, lse (natural log) and sink, or with PARTIAL the
-    normalised fp32 partial output and its base-2 lse for the combine kernel."""
-    i_t, h0 = _tile_origin(n_heads, BLOCK_H)
-    q_s0, q_s1, q_s2, q_s3, q_sp = _load_q(q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
-                                           stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, LAT, D_PE,
-                                           False)
-    k_s0, k_s1, k_s2, k_s3, kp_smem, p_smem = _rows_ring(kv_ptr.dtype.element_ty, kv_ptr.dtype.element_ty,
-                                                         BLOCK_H, BLOCK_N, LAT, D_PE, NS)
-
-    i_s = gl.program_id(1)
-    n_start, n_end, n_steps = _split_range(len_ptr, i_t, i_s, split_size, topk, HAS_LEN, BLOCK_N)
-    p_idx = idx_ptr + i_t * stride_idx_t
-    G_ROWS: gl.constexpr = gl.SliceLayout(1, GATHER)
-    GP_ROWS: gl.constexpr = gl.SliceLayout(1, GATHER_PE)
-    _gather(k_s0, k_s1, k_s2, k_s3, kp_smem, kv_ptr, _row_ids(p_idx, n_start, n_end, G_ROWS, BLOCK_N),
-            _row_ids(p_idx, n_start, n_end, GP_ROWS, BLOCK_N), n_rows, stride_kv, 0, GATHER,
-            GATHER_PE, LAT, D_PE)
-    # The next tile's row ids, loaded a step before its copies are issued.
-    b_idx_g = _row_ids(p_idx, n_start + BLOCK_N, n_end, G_ROWS, BLOCK_N)
-    b_idx_p = _row_ids(p_idx, n_start + BLOCK_N, n_end, GP_ROWS, BLOCK_N)
-
-    b_m, b_l2, acc0, acc1, acc2, acc3 = _init_state(BLOCK_H, BLOCK_N, LAT)
-    s_zero = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=S_L)
-    for i in range(n_steps):
-        slot = i % NS
-        async_copy.wait_group(0)  # this thread's copies of step i
-        # The wgmma read shared memory through the async proxy: this thread's writes (and, the
-        # first time, q's stores) are fenced for it, then the barrier makes everyone's visible.
-        fence_async_shared()
-        _barrier()
-        k0 = k_s0.index(slot)
-        k1 = k_s1.index(slot)
-        k2 = k_s2.index(slot)
-        k3 = k_s3.index(slot)
-        s = _scores(q_s0, q_s1, q_s2, q_s3, q_sp, k0, k1, k2, k3, kp_smem.index(slot), s_zero)
-        # While the score dots run: the next tile's copies, into the slot the last step's PV
-        # dots read (both warpgroups waited for those before the barrier above).
-        if i + 1 < n_steps:
-            _gather(k_s0, k_s1, k_s2, k_s3, kp_smem, kv_ptr, b_idx_g, b_idx_p, n_rows, stride_kv,
-                    (i + 1) % NS, GATHER, GATHER_PE, LAT, D_PE)
-            b_idx_g = _row_ids(p_idx, n_start + (i + 2) * BLOCK_N, n_end, G_ROWS, BLOCK_N)
-            b_idx_p = _row_ids(p_idx, n_start + (i + 2) * BLOCK_N, n_end, GP_ROWS, BLOCK_N)
-        s = warpgroup_mma_wait(0, deps=[s])  # one wait for the five score dots
-        acc0, acc1, acc2, acc3, b_m, b_l2 = _softmax_pv(
-            s, acc0, acc1, acc2, acc3, b_m, b_l2, k0, k1, k2, k3, p_smem, p_idx,
-            n_start + i * BLOCK_N, n_end, n_rows, qk_scale, BLOCK_N)
-
-    async_copy.wait_group(0)  # (with no step run, the prologue's masked copies)
-    _epilogue(acc0, acc1, acc2, acc3, b_m, b_l2, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0, n_heads,
-              stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h, HAS_SINK, PARTIAL,
-              BLOCK_H, LAT)
-
-
-# The producer of the warp-specialized bf16 kernel: one warpgroup (setmaxnreg works per
-# warpgroup; with one warp, Triton pads it to four and the register split no longer adds up),
-# 24 registers per thread. A tile is copied in passes of 8 rows, 16 threads per row, so that
-# each copy instruction of a warp reads two whole 256-byte row segments (the rope: 128-byte
-# segments, 8-byte copies); a thread's 8 row ids (one per pass) are loaded a step ahead.
-# (With the 8 ids loaded before each pass: 0.68-0.73x of the kernel without a producer. With
-# one row per two threads and 32-byte segments per row and copy: 0.97x over a 32K-row cache,
-# 0.48-0.53x over 1M rows, where, we infer, a row read in 36 separate 32-byte pieces costs
-# DRAM more than in 5 whole segments. As below: 1.05-1.07x. H200, 2026-12-01, runs 73-75.)
-# The producer has 4 warps, or 8 with ``TileConfig.wide_producer``: each pass then covers 16
-# rows, and the consumers get 232 registers instead of 240. Compiled for sm90 by Triton 3.6,
-# per producer warp and step 153 instructions, 4 barriers (the compiler's, one per pass) and
-# 8 bytes of spills, against 267, 8 and 32 with 4 warps; the consumers do not spill. Timed:
-# 1.02-1.04x on decode T=32 and T=128 (1.16x with random lengths) and 1.00-1.02x on prefill,
-# 64 and 128 heads (H200, 2026-12-02, run 87); sm90's table ships it.
+# The producer warps for bf16/fp16 rows (:func:`_ws_producer`; the few-head kernel,
+# kernels/gluon_narrow_plain.py): one warpgroup (setmaxnreg works per warpgroup; with one
+# warp, Triton pads it to four and the register split no longer adds up), 24 registers per
+# thread. A tile is copied in passes of 8 rows, 16 threads per row, so that each copy
+# instruction of a warp reads two whole 256-byte row segments (the rope: 128-byte segments,
+# 8-byte copies); a thread's 8 row ids (one per pass) are loaded a step ahead. Measured when it
+# fed the 64-head lockstep consumers (H200, 2026-12-01, runs 73-75): with the 8 ids loaded
+# before each pass, 0.68-0.73x of the kernel without a producer; with one row per two threads
+# and 32-byte segments per row and copy, 0.97x over a 32K-row cache and 0.48-0.53x over 1M rows
+# (a row read in 36 separate 32-byte pieces costs DRAM more, we infer, than in 5 whole
+# segments); as here, 1.05-1.07x. With ``TileConfig.wide_producer`` it has 8 warps (passes of
+# 16 rows): 1.02-1.04x there (run 87), not shipped with the few-head consumers.
 PRODUCER_REGS = gl.constexpr(24)
 GATHER_W4 = gl.constexpr(gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0]))
 ROPE_W4 = gl.constexpr(gl.BlockedLayout([1, 4], [2, 16], [4, 1], [1, 0]))
@@ -544,40 +424,24 @@ def _ws_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0
 @gluon.jit
 def _ws_consumer(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_smem, p_smem, ready, free,
                  p_idx, n_start, n_end, n_steps, n_rows, qk_scale, BLOCK_H: gl.constexpr,
-                 BLOCK_N: gl.constexpr, LAT: gl.constexpr, NS: gl.constexpr, QK_AHEAD: gl.constexpr):
-    """The 8 warps of the kernel: each step waits for its slot's rows, computes as
-    sparse_mla_gluon_kernel does, then frees the slot for the producer. With QK_AHEAD the next
-    tile's score dots are issued once this tile's max and rescaling are done, so they run
-    during its probabilities, the P round trip and the PV issue (a second score tile in
-    registers)."""
+                 BLOCK_N: gl.constexpr, LAT: gl.constexpr, NS: gl.constexpr):
+    """The two consumer warpgroups of the 64-head producer kernel (kernels/gluon_fp8_producer.py),
+    in lockstep: each step waits for its slot's rows (``ready``), issues the five score dots
+    and waits for them once, runs the online softmax (each warpgroup half of the score
+    tile's rows; P through ``p_smem``) and the four PV dots, then frees the slot (``free``).
+    Returns the four output accumulators, the running max and the per-entry denominators."""
     b_m, b_l2, acc0, acc1, acc2, acc3 = _init_state(BLOCK_H, BLOCK_N, LAT)
     s_zero = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=S_L)
-    if QK_AHEAD:
-        # (issued even with no step to run, over whatever the slot holds, and never read: the
-        # wait is skipped then, as is the last step's issue below)
-        s_next = _ws_scores(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_smem, ready, 0,
-                            n_steps > 0, s_zero, NS)
-        s_next = warpgroup_mma_wait(0, deps=[s_next])
     for i in range(n_steps):
         slot = i % NS
-        if QK_AHEAD:
-            s = s_next
-        else:
-            s = _ws_scores(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_smem, ready, i,
-                           True, s_zero, NS)
-            s = warpgroup_mma_wait(0, deps=[s])
+        s = _ws_scores(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_smem, ready, i, s_zero, NS)
+        s = warpgroup_mma_wait(0, deps=[s])  # one wait for the five score dots
         s, acc0, acc1, acc2, acc3, b_m, b_l2 = _rescale(s, acc0, acc1, acc2, acc3, b_m, b_l2, p_idx,
                                                         n_start + i * BLOCK_N, n_end, n_rows, qk_scale,
                                                         BLOCK_N)
-        if QK_AHEAD:
-            # the next tile's score dots (at the last step over the slot's old rows, unread)
-            s_next = _ws_scores(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_smem, ready,
-                                i + 1, i + 1 < n_steps, s_zero, NS)
         acc0, acc1, acc2, acc3, b_m, b_l2 = _probs_pv(s, acc0, acc1, acc2, acc3, b_m, b_l2,
                                                       k_s0.index(slot), k_s1.index(slot),
                                                       k_s2.index(slot), k_s3.index(slot), p_smem)
-        if QK_AHEAD:
-            s_next = warpgroup_mma_wait(0, deps=[s_next])  # (done: waited with the PV dots)
         # every consumer warp has waited for its PV dots (which read the slot) and loaded P
         # (which the next step overwrites): then one arrival frees the slot
         _arrive_all(free.index(slot))
@@ -585,228 +449,45 @@ def _ws_consumer(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_smem, 
 
 
 @gluon.jit
-def _ws_scores(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_smem, ready, i, landed,
-               s_zero, NS: gl.constexpr):
-    """Step ``i``'s score dots, issued once its slot's rows have landed (waited for only if
-    ``landed``)."""
+def _ws_scores(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_smem, ready, i, s_zero,
+               NS: gl.constexpr):
+    """Step ``i``'s score dots, issued once its slot's rows have landed."""
     slot = i % NS
-    mbarrier.wait(ready.index(slot), (i // NS) & 1, pred=landed)
+    mbarrier.wait(ready.index(slot), (i // NS) & 1)
     fence_async_shared()  # the copies (generic proxy) before the wgmma's reads (async proxy)
     return _scores(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0.index(slot), k_s1.index(slot), k_s2.index(slot),
                    k_s3.index(slot), kp_smem.index(slot), s_zero)
 
 
-@gluon.jit(do_not_specialize=_NOT_SPECIALIZED)
-def sparse_mla_gluon_ws_kernel(
-    q_nope_ptr, q_pe_ptr, kv_ptr, idx_ptr, len_ptr, sink_ptr, out_ptr, lse_ptr,
-    qk_scale, n_rows, n_heads, topk, split_size,
-    stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h, stride_kv, stride_idx_t,
-    stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
-    HAS_LEN: gl.constexpr, HAS_SINK: gl.constexpr, PARTIAL: gl.constexpr,
-    BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
-    NS: gl.constexpr, QK_AHEAD: gl.constexpr, PW: gl.constexpr,
-):
-    """sparse_mla_gluon_kernel with its gathers in a producer warpgroup (``gl.warp_specialize``):
-    the 8 warps that compute no longer form addresses or issue copies, and wait for a tile on
-    an mbarrier instead of a barrier of all threads. Compiled for sm90 by Triton 3.6: 590
-    instructions per consumer warp and step against 743, the consumers at 240 registers
-    without spills, the producer warpgroup at 24 (32 bytes of spills), 224.5 KB. With QK_AHEAD
-    (``TileConfig.qk_ahead``) the consumers issue the next tile's score dots during this
-    tile's softmax: ptxas interleaves them with the exponentials, the consumers still do not
-    spill, and ptxas reports no serialization (C7515); it is slower (see the module's
-    docstring). Matches the reference in every GPU test (runs 73-81). compute-sanitizer's
-    racecheck reports hazards in it, all between accesses of Triton's hand-over to the
-    partitions (the partition flag, the captured arguments, the exit flag), which a barrier of
-    all threads orders; it reports the same on a kernel with no shared memory of its own once
-    the default warps run a barrier of their own before the partitions, as the compiler puts
-    here (benchmarks/ws_handshake_probe.py; BENCHMARKS.md, run 80)."""
-    i_t, h0 = _tile_origin(n_heads, BLOCK_H)
-    q_s0, q_s1, q_s2, q_s3, q_sp = _load_q(q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
-                                           stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, LAT, D_PE,
-                                           False)
-    k_s0, k_s1, k_s2, k_s3, kp_smem, p_smem = _rows_ring(kv_ptr.dtype.element_ty, kv_ptr.dtype.element_ty,
-                                                         BLOCK_H, BLOCK_N, LAT, D_PE, NS)
-    ready = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
-    free = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
-    for j in gl.static_range(NS):
-        mbarrier.init(ready.index(j), count=32 * PW)  # one copy-completion per producer thread
-        mbarrier.init(free.index(j), count=1)
-    fence_async_shared()  # q's stores and the barriers' initialisation, before the partitions
-    _barrier()
-
-    i_s = gl.program_id(1)
-    n_start, n_end, n_steps = _split_range(len_ptr, i_t, i_s, split_size, topk, HAS_LEN, BLOCK_N)
-    p_idx = idx_ptr + i_t * stride_idx_t
-    acc0, acc1, acc2, acc3, b_m, b_l2 = gl.warp_specialize(
-        [(_ws_consumer, (q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_smem, p_smem, ready,
-                         free, p_idx, n_start, n_end, n_steps, n_rows, qk_scale, BLOCK_H, BLOCK_N, LAT,
-                         NS, QK_AHEAD)),
-         (_ws_producer, (kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2,
-                         k_s3, kp_smem, ready, free, BLOCK_N, LAT, D_PE, NS, PW))],
-        [PW], [PRODUCER_REGS])
-    _epilogue(acc0, acc1, acc2, acc3, b_m, b_l2, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0, n_heads,
-              stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h, HAS_SINK, PARTIAL,
-              BLOCK_H, LAT)
-
-
-@gluon.jit
-def _gather_fp8(raw0, raw1, raw2, raw3, sc0, sc1, sc2, sc3, rp_s, kv_ptr, b_idx_r, b_idx_s,
-                b_idx_p, n_rows, stride_kv, slot, LAT: gl.constexpr, D_PE: gl.constexpr):
-    """Issue the asynchronous copies of fp8_ds_mla rows (the same ids in RAW's row slice,
-    SCALES and GATHER_PE's row slice): the four latent tiles' e4m3 bytes [BLOCK_N, LAT] into
-    ``raw0..3``, their fp32 scales [BLOCK_N] into ``sc0..3`` and the bf16 rope
-    [BLOCK_N, D_PE] into ring slot ``slot`` of ``rp_s``; invalid row ids are zero-filled."""
-    m_r = (b_idx_r >= 0) & (b_idx_r < n_rows)
-    p_row = kv_ptr + b_idx_r.to(gl.int64) * stride_kv
-    ptrs = p_row[:, None] + gl.arange(0, LAT, layout=gl.SliceLayout(0, RAW))[None, :]
-    _async_load(raw0, ptrs, mask=m_r[:, None])
-    _async_load(raw1, ptrs + LAT, mask=m_r[:, None])
-    _async_load(raw2, ptrs + 2 * LAT, mask=m_r[:, None])
-    _async_load(raw3, ptrs + 3 * LAT, mask=m_r[:, None])
-    m_s = (b_idx_s >= 0) & (b_idx_s < n_rows)
-    p_sc = (kv_ptr + b_idx_s.to(gl.int64) * stride_kv + 4 * LAT).to(gl.pointer_type(gl.float32))
-    _async_load(sc0, p_sc, mask=m_s)
-    _async_load(sc1, p_sc + 1, mask=m_s)
-    _async_load(sc2, p_sc + 2, mask=m_s)
-    _async_load(sc3, p_sc + 3, mask=m_s)
-    m_p = (b_idx_p >= 0) & (b_idx_p < n_rows)
-    # formats.FP8_ROPE_BYTE: the rope after 512 e4m3 bytes and 16 bytes of scales
-    p_pe = (kv_ptr + b_idx_p.to(gl.int64) * stride_kv + 4 * LAT + 16).to(gl.pointer_type(gl.bfloat16))
-    _async_load(rp_s.index(slot), p_pe[:, None] + gl.arange(0, D_PE, layout=gl.SliceLayout(0, GATHER_PE))[None, :],
-                mask=m_p[:, None])
-    async_copy.commit_group()
-
-
-@gluon.jit
-def _dequant_tile(raw, sc, k_c, F16: gl.constexpr):
-    """A latent tile: e4m3 bytes times its rows' scales (both in shared memory) into the
-    operand tile ``k_c`` (shared memory): in fp32 rounded once to bf16, or with F16 in fp16
-    (the scale rounded to fp16, one packed multiply per two values, as the Triton tiles'
-    ``fp8_f16``: kernels/common.scale_tile)."""
-    b_sc = sc.load(gl.SliceLayout(1, RAW))  # [BLOCK_N] fp32
-    if F16:
-        b_v = raw.load(RAW).to(gl.float8e4nv, bitcast=True).to(gl.float16)
-        k_c.store(b_v * b_sc.to(gl.float16)[:, None])
-    else:
-        b_v = raw.load(RAW).to(gl.float8e4nv, bitcast=True).to(gl.float32)
-        k_c.store((b_v * b_sc[:, None]).to(gl.bfloat16))
-
-
-@gluon.jit(do_not_specialize=_NOT_SPECIALIZED)
-def sparse_mla_gluon_fp8_kernel(
-    q_nope_ptr, q_pe_ptr, kv_ptr, idx_ptr, len_ptr, sink_ptr, out_ptr, lse_ptr,
-    qk_scale, n_rows, n_heads, topk, split_size,
-    stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h, stride_kv, stride_idx_t,
-    stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
-    HAS_LEN: gl.constexpr, HAS_SINK: gl.constexpr, PARTIAL: gl.constexpr,
-    BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
-    F16: gl.constexpr,
-):
-    """The same program over fp8_ds_mla rows (656 bytes: 512 e4m3, 4 fp32 scales, 64 bf16
-    rope) and a bf16 q. With F16 (``TileConfig.fp8_f16``) the latent operands are fp16: q
-    scaled by Q_F16_SCALE (the launcher divides it out of ``qk_scale``), the rows dequantized
-    in fp16, P in fp16; the rope dot stays bf16, its q scaled alike.
-
-    Each step's raw bytes come through one buffer of asynchronous copies (33 KB) and are
-    dequantized into one bf16 operand tile (64 KB), read by the QK and PV dots; the raw buffer
-    is free once dequantized, so the next tile's copies are issued right after, and run during
-    this step's dots and softmax. The rope columns go straight to a 2-slot ring (they are an
-    operand as stored). Shared memory: q 72 KB + 33 + 16 + 64 + P 8 = 193 KB."""
-    i_t, h0 = _tile_origin(n_heads, BLOCK_H)
-    q_s0, q_s1, q_s2, q_s3, q_sp = _load_q(q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
-                                           stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, LAT, D_PE,
-                                           F16)
-    op_t: gl.constexpr = gl.float16 if F16 else gl.bfloat16  # the latent operands' type
-    raw0 = gl.allocate_shared_memory(gl.uint8, [BLOCK_N, LAT], FLAT)
-    raw1 = gl.allocate_shared_memory(gl.uint8, [BLOCK_N, LAT], FLAT)
-    raw2 = gl.allocate_shared_memory(gl.uint8, [BLOCK_N, LAT], FLAT)
-    raw3 = gl.allocate_shared_memory(gl.uint8, [BLOCK_N, LAT], FLAT)
-    sc0 = gl.allocate_shared_memory(gl.float32, [BLOCK_N], FLAT1)
-    sc1 = gl.allocate_shared_memory(gl.float32, [BLOCK_N], FLAT1)
-    sc2 = gl.allocate_shared_memory(gl.float32, [BLOCK_N], FLAT1)
-    sc3 = gl.allocate_shared_memory(gl.float32, [BLOCK_N], FLAT1)
-    rp_s = gl.allocate_shared_memory(gl.bfloat16, [2, BLOCK_N, D_PE], SMEM)
-    k0 = gl.allocate_shared_memory(op_t, [BLOCK_N, LAT], SMEM)
-    k1 = gl.allocate_shared_memory(op_t, [BLOCK_N, LAT], SMEM)
-    k2 = gl.allocate_shared_memory(op_t, [BLOCK_N, LAT], SMEM)
-    k3 = gl.allocate_shared_memory(op_t, [BLOCK_N, LAT], SMEM)
-    p_smem = gl.allocate_shared_memory(op_t, [BLOCK_H, BLOCK_N], SMEM)
-
-    i_s = gl.program_id(1)
-    n_start, n_end, n_steps = _split_range(len_ptr, i_t, i_s, split_size, topk, HAS_LEN, BLOCK_N)
-    p_idx = idx_ptr + i_t * stride_idx_t
-    R_ROWS: gl.constexpr = gl.SliceLayout(1, RAW)
-    S_ROWS: gl.constexpr = SCALES  # (row ids for the scales' copies: one more load per step)
-    GP_ROWS: gl.constexpr = gl.SliceLayout(1, GATHER_PE)
-    _gather_fp8(raw0, raw1, raw2, raw3, sc0, sc1, sc2, sc3, rp_s, kv_ptr,
-                _row_ids(p_idx, n_start, n_end, R_ROWS, BLOCK_N), _row_ids(p_idx, n_start, n_end, S_ROWS, BLOCK_N),
-                _row_ids(p_idx, n_start, n_end, GP_ROWS, BLOCK_N), n_rows, stride_kv, 0, LAT, D_PE)
-    b_idx_r = _row_ids(p_idx, n_start + BLOCK_N, n_end, R_ROWS, BLOCK_N)
-    b_idx_s = _row_ids(p_idx, n_start + BLOCK_N, n_end, S_ROWS, BLOCK_N)
-    b_idx_p = _row_ids(p_idx, n_start + BLOCK_N, n_end, GP_ROWS, BLOCK_N)
-
-    b_m, b_l2, acc0, acc1, acc2, acc3 = _init_state(BLOCK_H, BLOCK_N, LAT)
-    s_zero = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=S_L)
-    for i in range(n_steps):
-        slot = i % 2
-        async_copy.wait_group(0)  # this thread's copies of step i
-        _barrier()  # everyone's; and both warpgroups' last PV dots, which read k0..k3, are done
-        _dequant_tile(raw0, sc0, k0, F16)
-        _dequant_tile(raw1, sc1, k1, F16)
-        _dequant_tile(raw2, sc2, k2, F16)
-        _dequant_tile(raw3, sc3, k3, F16)
-        fence_async_shared()  # the operand tiles (and the rope copies, and q) for the wgmma
-        _barrier()  # every thread's part dequantized: the raw buffer is free
-        if i + 1 < n_steps:
-            _gather_fp8(raw0, raw1, raw2, raw3, sc0, sc1, sc2, sc3, rp_s, kv_ptr, b_idx_r, b_idx_s,
-                        b_idx_p, n_rows, stride_kv, (i + 1) % 2, LAT, D_PE)
-            b_idx_r = _row_ids(p_idx, n_start + (i + 2) * BLOCK_N, n_end, R_ROWS, BLOCK_N)
-            b_idx_s = _row_ids(p_idx, n_start + (i + 2) * BLOCK_N, n_end, S_ROWS, BLOCK_N)
-            b_idx_p = _row_ids(p_idx, n_start + (i + 2) * BLOCK_N, n_end, GP_ROWS, BLOCK_N)
-        s = _scores(q_s0, q_s1, q_s2, q_s3, q_sp, k0, k1, k2, k3, rp_s.index(slot), s_zero)
-        s = warpgroup_mma_wait(0, deps=[s])  # one wait for the five score dots
-        acc0, acc1, acc2, acc3, b_m, b_l2 = _softmax_pv(
-            s, acc0, acc1, acc2, acc3, b_m, b_l2, k0, k1, k2, k3, p_smem, p_idx,
-            n_start + i * BLOCK_N, n_end, n_rows, qk_scale, BLOCK_N)
-
-    async_copy.wait_group(0)  # (with no step run, the prologue's masked copies)
-    _epilogue(acc0, acc1, acc2, acc3, b_m, b_l2, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0, n_heads,
-              stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h, HAS_SINK, PARTIAL,
-              BLOCK_H, LAT)
-
-
 def tile_variant(tile, fp8: bool):
     """``(kernel, constexprs, num_warps)`` that a ``TileConfig`` with ``gluon`` selects for a
-    row format: the kernel (fp8_ds_mla, with or without a producer warpgroup that dequantizes:
-    kernels/gluon_fp8_producer.py, whose consumers for a tile of fewer than 64 heads are
-    kernels/gluon_narrow.py's; plain, with a producer warpgroup, with its consumers on
-    alternate tiles: kernels/gluon_pingpong.py, or for fewer than 64 heads with gluon_narrow's
-    consumers: kernels/gluon_narrow_plain.py), the constexprs that depend on the tile's
-    fields, and the warps it is launched with. The launcher and portability's compile check
-    both take them from here."""
+    row format: over fp8_ds_mla rows the kernel whose producer warps dequantize
+    (kernels/gluon_fp8_producer.py; its consumers for fewer than 64 heads are
+    kernels/gluon_narrow.py's), over bf16/fp16 rows for fewer than 64 heads the few-head
+    kernel (kernels/gluon_narrow_plain.py), for 64 the alternate-tile kernel
+    (kernels/gluon_pingpong.py, ``pingpong``); the constexprs that depend on the tile's fields,
+    and the warps it is launched with. The launcher and portability's compile check both take
+    them from here."""
     pw = 8 if tile.wide_producer else 4
-    if fp8 and tile.producer_warp:
+    if fp8:
         from . import gluon_fp8_producer
 
         return (gluon_fp8_producer.sparse_mla_gluon_fp8_ws_kernel,
                 dict(F16=tile.fp8_f16, NS=NS, PW=pw, BLOCK_H=tile.block_h, HALVES=tile.free_halves),
                 tile.num_warps)
-    if fp8:
-        return sparse_mla_gluon_fp8_kernel, dict(F16=tile.fp8_f16), NUM_WARPS
     if tile.block_h < 64:
         from . import gluon_narrow_plain
 
         return (gluon_narrow_plain.sparse_mla_gluon_narrow_kernel,
                 dict(NS=NS, PW=pw, BLOCK_H=tile.block_h, HALVES=tile.free_halves), tile.num_warps)
-    if tile.pingpong:
-        from . import gluon_pingpong
+    if not tile.pingpong:
+        raise ValueError("pingpong: over bf16/fp16 rows the 64-head Gluon tile is the "
+                         "alternate-tile kernel; set pingpong")
+    from . import gluon_pingpong
 
-        return (gluon_pingpong.sparse_mla_gluon_pp_kernel,
-                dict(PW=gluon_pingpong.PW, CONSUMER_REGS=gluon_pingpong.CONSUMER_REGS),
-                gluon_pingpong.PW)  # (the producer's warps)
-    if tile.producer_warp:
-        return sparse_mla_gluon_ws_kernel, dict(NS=NS, QK_AHEAD=tile.qk_ahead, PW=pw), NUM_WARPS
-    return sparse_mla_gluon_kernel, dict(NS=NS), NUM_WARPS
+    return (gluon_pingpong.sparse_mla_gluon_pp_kernel,
+            dict(PW=gluon_pingpong.PW, CONSUMER_REGS=gluon_pingpong.CONSUMER_REGS),
+            gluon_pingpong.PW)  # (the producer's warps)
 
 
 def _aligned16(x):

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One self-contained call on the GPU machine: install, test, sanitize, sweep, benchmark.
 # Usage (on the device, from the repo root): bash benchmarks/device_run.sh [steps...]
-# Steps: tests sanitizer sweep envab narrow stride fp8sweep splits splits-len warps fp8choice wsparts residency residency-toggle residency-warps ncu ppc ppncu nbprobe vllmtests mid grid gatherl2 splitn splitlat splitprobe exchange apart racecheck racecheck-producer wide latency toggle bench prefill (default: tests sanitizer sweep bench
+# Steps: triton-a triton-b tests sanitizer sweep envab narrow stride fp8sweep splits splits-len warps fp8choice wsparts residency residency-toggle residency-warps ncu ppc ppncu nbprobe vllmtests mid grid gatherl2 splitn splitlat splitprobe exchange apart racecheck racecheck-producer wide latency toggle bench prefill (default: tests sanitizer sweep bench
 # prefill). toggle and residency-toggle time a boolean TileConfig field off and on, named by
 # $TOGGLE (e.g. TOGGLE=prefetch_idx), on the workloads of one row format if $TOGGLE_FMT is set
 # (e.g. TOGGLE_FMT=fp8_ds_mla) and of the head counts in $TOGGLE_HEADS (toggle only; e.g.
@@ -19,14 +19,25 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 else
   export PYTHONPATH=$PWD/src
 fi
-# $EXTRA_SITE: a folder of packages put first (e.g. another Triton unpacked there).
+# $EXTRA_SITE: a folder of packages put first (e.g. another Triton unpacked there by the steps
+# triton-a and triton-b; its backends then come from its own folder: the machine's Triton
+# registers an AMD backend as an entry point, which the stripped copy lacks).
 export PYTHONPATH=${EXTRA_SITE:+$EXTRA_SITE:}$PYTHONPATH
+[ -n "${EXTRA_SITE:-}" ] && export TRITON_BACKENDS_IN_TREE=1
 steps=${*:-tests sanitizer sweep bench prefill}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 for s in $steps; do
   echo "=== $s $(date -u +%T)"
   case $s in
+    triton-a) # a Triton release packed by benchmarks/triton_carry.sh, first of two calls (carry
+      # [".t38a"]): keep its first half on the machine
+      mkdir -p /tmp/carry; for d in .t3*a; do cp "$d/part-00" "/tmp/carry/${d#.}"; done; ls -l /tmp/carry ;;
+    triton-b) # the second call, within 30 s of the first (carry [".t38b"]): join both halves and
+      # unpack them into /tmp/t38; every later call then sets EXTRA_SITE=/tmp/t38
+      for d in .t3*b; do t=${d#.}; t=${t%b}; mkdir -p "/tmp/$t" &&
+        cat "/tmp/carry/${t}a" "$d/part-01" | xz -d -T4 | tar x -C "/tmp/$t" &&
+        PYTHONPATH="/tmp/$t" TRITON_BACKENDS_IN_TREE=1 python3 -c "import triton; print('unpacked: EXTRA_SITE=/tmp/$t, triton', triton.__version__)"; done ;;
     tests) timeout 420 python3 -m pytest -q -n 8 tests --ignore=tests/vllm -p no:cacheprovider 2>&1 | tee "$OUT/tests.log" | tail -5 ;;
     sanitizer) timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 python3 benchmarks/sanitize_case.py 2>&1 | tee "$OUT/sanitizer.log" | tail -15 ;;
     sweep) timeout 400 python3 benchmarks/sweep.py "$OUT/sweep.json" > "$OUT/sweep.log" 2>&1; grep BEST "$OUT/sweep.log" ;;

@@ -290,6 +290,7 @@ def main_latency(path):
         out = torch.empty(w.t, w.h, 512, device="cuda", dtype=torch.bfloat16)
         for limit in (8, 1):
             configs.LATENCY_MAX_TOKENS = limit
+            configs.plan_launch.cache_clear()
             plan = configs.plan_launch(*configs.device_traits(0), t_count=w.t, h_count=w.h,
                                        topk=idx.shape[1], fp8=w.fmt == "fp8_ds_mla")
             fn = lambda: api.sparse_mla_attention((q[..., :512], q[..., 512:]), kv, idx,  # noqa: E731
@@ -302,6 +303,7 @@ def main_latency(path):
                   f"s{t.num_stages} ex={int(t.exchange_p)} splits={plan.splits:3d} {us:8.1f} us",
                   flush=True)
     configs.LATENCY_MAX_TOKENS = shipped
+    configs.plan_launch.cache_clear()
     with open(path, "w") as f:
         json.dump(records, f, indent=1)
 

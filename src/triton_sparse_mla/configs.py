@@ -20,9 +20,8 @@ import functools
 from dataclasses import dataclass
 
 import torch
-import triton
 
-from .hostmath import cdiv
+from .hostmath import cdiv, next_power_of_2
 
 
 @dataclass(frozen=True)
@@ -474,19 +473,24 @@ def pick_tile(family: str, *, t_count: int, h_count: int, fp8: bool) -> TileConf
     raise AssertionError("every table ends with an entry for any head count")
 
 
+@functools.lru_cache(maxsize=4096)
 def plan_launch(family: str, sm_count: int, fp8_cvt: int, *, t_count: int, h_count: int,
                 topk: int, fp8: bool, gluon: bool = True) -> LaunchPlan:
     """Pick the tile, split count and fp8 decode path for one call. ``gluon``: whether the
     Gluon kernels apply to the call (kernels.attention.gluon_applies: fixed per cache, dtypes
     and device, so a CUDA graph's plan holds); where not, a Gluon tile gives way to its
-    ``without_gluon`` tile."""
+    ``without_gluon`` tile.
+
+    A function of its arguments and this module's tables and limits only, so each plan is
+    made once (about 10 us of a call's host time on a CPU): code that changes a table or limit
+    (benchmarks/sweep.py) calls ``plan_launch.cache_clear()`` after."""
     tile = pick_tile(family, t_count=t_count, h_count=h_count, fp8=fp8)
     if tile.gluon and not gluon:
         tile = tile.without_gluon()
     # A Triton tile never tiles more heads than exist (beyond the 16 rows tl.dot needs). A Gluon
     # tile keeps its heads, those past H masked: the table puts it there on purpose (the 64-head
     # tile for 17-32 heads), and its wgmma has no smaller M.
-    block_h = min(tile.block_h, max(16, triton.next_power_of_2(h_count)))
+    block_h = min(tile.block_h, max(16, next_power_of_2(h_count)))
     if block_h != tile.block_h and not tile.gluon:
         tile = dataclasses.replace(tile, block_h=block_h)
     per_sm, min_tiles = split_rule(family, phase_of(family, t_count, h_count), tile)

@@ -16,6 +16,7 @@ call 1.10-1.54x faster at T=4-64 with 16-128 heads.
 import triton
 import triton.language as tl
 
+from ..hostmath import cdiv, next_power_of_2
 from .common import LAUNCH_OPTIONS, LN2, sink_factor
 
 BLOCK_HC = 2  # heads per program (run 174: 2 beat 8 alone at every T, H and split count timed)
@@ -82,7 +83,7 @@ def combine_kernel(
 
 def combine_block(n_splits: int) -> int:
     """The combine kernel's BLOCK_S for a split count (a compiled variant per value)."""
-    return max(2, triton.next_power_of_2(n_splits))
+    return max(2, next_power_of_2(n_splits))
 
 
 def launch_combine(part_o, part_lse, attn_sink, out, lse):
@@ -90,7 +91,7 @@ def launch_combine(part_o, part_lse, attn_sink, out, lse):
     None -> ``out [T, H, 512]`` (its dtype; any strides with a unit last one) and ``lse [T, H]``
     fp32 natural-log or None."""
     t_count, n_splits, h_count, d_v = part_o.shape
-    combine_kernel[(t_count, triton.cdiv(h_count, BLOCK_HC))](
+    combine_kernel[(t_count, cdiv(h_count, BLOCK_HC))](
         part_o_ptr=part_o, part_lse_ptr=part_lse, sink_ptr=attn_sink, out_ptr=out, lse_ptr=lse,
         n_splits=n_splits, n_heads=h_count,
         stride_po_t=part_o.stride(0), stride_po_s=part_o.stride(1), stride_po_h=part_o.stride(2),

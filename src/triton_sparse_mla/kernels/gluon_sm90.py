@@ -31,8 +31,9 @@ warps (the alternate-tile kernel 1.03-1.22x over it, run 153), and the next tile
 issued during this tile's softmax (0.75-0.82x, run 76). Their code: commit 44043de and
 earlier.
 
-Import only where Gluon is available and not under the interpreter (see
-:func:`kernels.attention.gluon_kernels`).
+Import only where this Triton has the Gluon calls used (:func:`kernels.attention.gluon_module`);
+the kernels run only on SM90 GPUs, never under the interpreter
+(:func:`kernels.attention.gluon_kernels`).
 """
 
 import math

@@ -7,12 +7,12 @@
 # library, the instrumentation test library: about half the size), and writes the rest as one
 # xz stream split in two halves under 64 MB each, the most one call carries:
 #   .tXY a/part-00 and .tXY b/part-01 (for 3.9: .t39a/part-00, .t39b/part-01; git-ignored).
-# On the device (two calls back to back, the machine released after about 30 s idle):
-#   call 1, carry [".t39a"]:  cp .t39a/part-00 /tmp/
-#   call 2, carry [".t39b"]:  mkdir -p /tmp/t39 && cat /tmp/part-00 .t39b/part-01 | xz -d -T4 | tar x -C /tmp/t39
-# then every later call with TRITON_BACKENDS_IN_TREE=1 (the stripped copy has no AMD backend
-# for the machine's own Triton's entry points to find) and EXTRA_SITE=/tmp/t39
-# (benchmarks/device_run.sh puts it first on PYTHONPATH).
+# On the device, two calls back to back (the machine is released after about 30 s idle):
+# `bash benchmarks/device_run.sh triton-a` carrying [".t39a"], then `... triton-b` carrying
+# [".t39b"], which unpacks into /tmp/t39 and prints the version; then every call under that
+# Triton with EXTRA_SITE=/tmp/t39 (device_run.sh puts it first on PYTHONPATH and sets
+# TRITON_BACKENDS_IN_TREE=1: the machine's own Triton registers an AMD backend, which the
+# stripped copy lacks).
 set -euo pipefail
 V=${1:?usage: triton_carry.sh VERSION (e.g. 3.9.0)}
 TAG=t$(echo "$V" | cut -d. -f1-2 | tr -d .)

@@ -6,7 +6,7 @@
 # kernels never load (the Blackwell ptxas, the CUPTI folders, the AMD backend, the profiler
 # library, the instrumentation test library: about half the size), and writes the rest as one
 # xz stream split in two halves under 64 MB each, the most one call carries:
-#   .tXY a/part-00 and .tXY b/part-01 (for 3.9: .t39a/part-00, .t39b/part-01; git-ignored).
+#   .tXYa/part-00 and .tXYb/part-01 (for 3.9: .t39a/part-00, .t39b/part-01; git-ignored).
 # On the device, two calls back to back (the machine is released after about 30 s idle):
 # `bash benchmarks/device_run.sh triton-a` carrying [".t39a"], then `... triton-b` carrying
 # [".t39b"], which unpacks into /tmp/t39 and prints the version; then every call under that

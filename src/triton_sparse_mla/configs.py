@@ -84,10 +84,11 @@ class TileConfig:
     # the Gluon kernel without producer warps, H200, 2026-12-02, run 98; over bf16 rows
     # 1.05-1.07x, runs 75-76).
     gluon: bool = False
-    # With ``gluon``: 8 producer warps instead of 4 (passes of 16 rows, half the
-    # passes per warp; the consumers at 232 registers instead of 240, no spills, Triton 3.6 and
-    # 3.8). bf16 rows, beside the 64-head lockstep consumers (a kernel since replaced by
-    # ``pingpong``'s): 1.00-1.04x, 1.16x with random lengths (H200, 2026-12-02, run 87). fp8_ds_mla rows: 0.95-0.96x with the whole-tile conversion (run 97: at 24
+    # With ``gluon``: 8 producer warps instead of 4 (passes of 16 rows, half the passes per
+    # warp; the consumers at 232 registers instead of 240, no spills, Triton 3.6 and 3.8).
+    # bf16 rows, beside the 64-head lockstep consumers (a kernel since replaced by
+    # ``pingpong``'s): 1.00-1.04x, 1.16x with random lengths (H200, 2026-12-02, run 87).
+    # fp8_ds_mla rows: 0.95-0.96x with the whole-tile conversion (run 97: at 24
     # registers the dequantizing producer spills), not timed with the passes; off. On the
     # few-head fp8 tiles (producer at 128 registers, no spills, half the producer's
     # instructions per warp): 0.96-0.98x in decode, 1.03x in prefill over 32K rows (H200,

@@ -24,5 +24,6 @@ def test_cached_plans_are_fresh_plans():
         for t, h, topk, fp8, gluon in itertools.product((1, 3, 8, 63, 128, 4096), (1, 8, 16, 20, 64, 128),
                                                         (1, 100, 2048), (False, True), (False, True)):
             kw = dict(t_count=t, h_count=h, topk=topk, fp8=fp8, gluon=gluon)
-            assert configs.plan_launch(family, sm_count, 1, **kw) == fresh(family, sm_count, 1, **kw), kw
-            assert configs.plan_launch(family, sm_count, 1, **kw) is configs.plan_launch(family, sm_count, 1, **kw)
+            plan = configs.plan_launch(family, sm_count, 1, **kw)
+            assert plan == fresh(family, sm_count, 1, **kw), kw
+            assert configs.plan_launch(family, sm_count, 1, **kw) is plan, kw

@@ -224,8 +224,10 @@ def test_gluon_tile_names_its_kernel():
         tile = configs.TileConfig(h, 64, warps, 2, gluon=True, fp8_f16=True)
         assert name(tile, True) == "sparse_mla_gluon_fp8_ws_kernel", h
     for h in (8, 16):
-        assert name(configs.TileConfig(h, 64, 4, 2, gluon=True), False) == "sparse_mla_gluon_narrow_kernel"
-    assert name(configs.TileConfig(64, 64, 8, 2, gluon=True, pingpong=True), False) == "sparse_mla_gluon_pp_kernel"
+        tile = configs.TileConfig(h, 64, 4, 2, gluon=True)
+        assert name(tile, False) == "sparse_mla_gluon_narrow_kernel", h
+    tile = configs.TileConfig(64, 64, 8, 2, gluon=True, pingpong=True)
+    assert name(tile, False) == "sparse_mla_gluon_pp_kernel"
     with pytest.raises(ValueError, match="pingpong: over bf16/fp16 rows the 64-head"):
         gluon_sm90.tile_variant(configs.TileConfig(64, 64, 8, 2, gluon=True), False)
 

@@ -24,9 +24,10 @@ def _check_interpreter():
     """Triton's interpreter before 3.7 turns one-element arrays into loop bounds with ``int()``,
     which numpy 2.4 rejects: fail with what to install instead of a TypeError from inside it."""
     numpy_version = tuple(int(v) for v in np.__version__.split(".")[:2])
-    if triton_version() < (3, 7) and numpy_version >= (2, 4):
+    version = triton_version()
+    if version < (3, 7) and numpy_version >= (2, 4):
         raise RuntimeError(
-            f"TRITON_INTERPRET=1: Triton {'.'.join(map(str, triton_version()))}'s interpreter "
+            f"TRITON_INTERPRET=1: Triton {'.'.join(map(str, version))}'s interpreter "
             f"cannot run with numpy {np.__version__} (fixed in Triton 3.7): install "
             f"'numpy<2.4' or Triton >= 3.7")
 

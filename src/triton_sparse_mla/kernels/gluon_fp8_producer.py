@@ -3,7 +3,8 @@ producer warpgroup gathers and dequantizes the rows for consumer warps that only
 
 (The first Gluon kernel over these rows had no producer: its 8 warps waited for the raw
 bytes, dequantized them into the operand tile, issued the next copies, then computed, one
-after the other; this kernel ran 1.22x at 64 heads and 1.25x at 128 on decode T=128, run 98.)
+after the other. This kernel ran 1.22x faster than it at 64 heads and 1.25x at 128 on decode
+T=128, run 98; it was removed after commit 44043de.)
 With 64 heads the consumers are gluon_sm90's lockstep pair (``_ws_consumer``: wait for a
 slot, score dots, softmax, PV dots, free the slot) over a 2-slot ring of 16-bit operand tiles,
 and ``PW`` producer warps fill the ring: for each step, once its slot is free, they copy the
@@ -308,8 +309,8 @@ def sparse_mla_gluon_fp8_ws_kernel(
     NS: gl.constexpr, PW: gl.constexpr, F16: gl.constexpr, HALVES: gl.constexpr,
 ):
     """One program per (token, head tile, split), as kernels/attention.py's, over fp8_ds_mla
-    rows gathered and dequantized by ``PW`` producer warps (this module's docstring). With F16 (``TileConfig.fp8_f16``) the
-    latent operands are fp16 (q scaled by 2^-8, which the launcher divides out of
+    rows gathered and dequantized by ``PW`` producer warps (this module's docstring). With F16
+    (``TileConfig.fp8_f16``) the latent operands are fp16 (q scaled by 2^-8, which the launcher divides out of
     ``qk_scale``), the rope dot bf16. With HALVES (few heads only: TileConfig.free_halves)
     the consumers free each slot in two halves, each with a ``free`` barrier."""
     NARROW: gl.constexpr = BLOCK_H < 64  # (kernels/gluon_narrow.py's consumers)

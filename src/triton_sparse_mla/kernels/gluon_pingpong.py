@@ -65,9 +65,9 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
-from .gluon_sm90 import (FLAT1, SMEM, _NOT_SPECIALIZED,
-                         _arrive_all, _async_load, _barrier, _lse_and_scale, _pass_ids, _pass_row, _reinterpret,
-                         _ring_rows, _split_range, _tile_origin)
+from .gluon_sm90 import (FLAT1, SMEM, _NOT_SPECIALIZED, _arrive_all, _async_load, _barrier,
+                         _lse_and_scale, _pass_ids, _pass_row, _reinterpret, _ring_rows,
+                         _split_range, _tile_origin)
 
 # The kernel's own warps are the producer's (``PW``, the default partition); the two consumer
 # warpgroups are worker partitions. (With warpgroup 0 as the default partition it spilled

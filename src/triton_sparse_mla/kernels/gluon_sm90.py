@@ -452,7 +452,9 @@ def _ws_consumer(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_smem, 
 @gluon.jit
 def _ws_scores(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_smem, ready, i, s_zero,
                NS: gl.constexpr):
-    """Step ``i``'s score dots, issued once its slot's rows have landed."""
+    """Step ``i``'s score dots, issued once its slot's rows have landed. (A function of its
+    own: inlined into :func:`_ws_consumer` with the slot's views taken once, the compiled
+    kernel differs from the one timed.)"""
     slot = i % NS
     mbarrier.wait(ready.index(slot), (i // NS) & 1)
     fence_async_shared()  # the copies (generic proxy) before the wgmma's reads (async proxy)

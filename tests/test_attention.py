@@ -249,18 +249,15 @@ NARROW_CASES = [
 @_SM90_ONLY
 @pytest.mark.parametrize("block_h,f16,extra", [
     (8, True, {}), (16, True, {}), (16, False, {}), (32, True, {}), (16, True, {"wide_producer": True}),
-    (32, True, {"wide_producer": True}), (32, False, {"wide_producer": True}),
-    (8, True, {"free_halves": True}), (16, True, {"free_halves": True}), (16, False, {"free_halves": True})],
+    (32, True, {"wide_producer": True}), (32, False, {"wide_producer": True})],
     ids=["8 heads", "16 heads", "16 heads bf16 operands", "32 heads", "16 heads 8 producer warps", "32 heads 8 producer warps",
-         "32 heads 8 producer warps bf16 operands", "8 heads halves", "16 heads halves",
-         "16 heads halves bf16 operands"])
+         "32 heads 8 producer warps bf16 operands"])
 @pytest.mark.parametrize("p", NARROW_CASES)
 def test_gluon_narrow(p, block_h, f16, extra, device):
     """The few-head Gluon tile over fp8_ds_mla rows (kernels/gluon_narrow.py: rows along the
     wgmma's M, heads along N, the rows gathered and dequantized by the 4 or 8 producer warps of
     kernels/gluon_fp8_producer.py) matches the reference, split and not, into fp16 operands
-    (also for a q past fp16's range) and bf16 ones; also with each slot freed in halves
-    (``free_halves``)."""
+    (also for a q past fp16's range) and bf16 ones."""
     tile = configs.TileConfig(block_h, 64, 4, 2, gluon=True, fp8_f16=f16, **extra)
     if f16:
         _check_gluon(p, tile, device, q_gain=1e5)
@@ -279,15 +276,13 @@ NARROW_PLAIN_CASES = [
 
 @pytest.mark.gpu
 @_SM90_ONLY
-@pytest.mark.parametrize("halves", [False, True], ids=["", "halves"])
 @pytest.mark.parametrize("block_h", [8, 16])
 @pytest.mark.parametrize("p", NARROW_PLAIN_CASES)
-def test_gluon_narrow_plain(p, block_h, halves, device):
+def test_gluon_narrow_plain(p, block_h, device):
     """The few-head Gluon tile over bf16 and fp16 rows (kernels/gluon_narrow_plain.py: the
     consumers of kernels/gluon_narrow.py, rows copied by the plain rows' producer warps) matches
-    the reference, split and not; also with each slot freed in halves (``free_halves``)."""
-    _check_gluon(p, configs.TileConfig(block_h, 64, 4, 2, gluon=True,
-                                       free_halves=halves), device)
+    the reference, split and not."""
+    _check_gluon(p, configs.TileConfig(block_h, 64, 4, 2, gluon=True), device)
 
 
 def test_gluon_runs_where_it_applies(device, monkeypatch):
@@ -337,15 +332,11 @@ def test_gluon_runs_where_it_applies(device, monkeypatch):
     assert not tile64.gluon and tile64.exchange_p and not tile64.fp8_f16 and tile64.block_h == 64
     with pytest.raises(ValueError, match="fallback: a Triton tile"):
         configs.TileConfig(16, 32, 4, 2, fallback=configs.TileConfig(16, 32, 4, 3))
-    for name in ("wide_producer", "pingpong", "free_halves"):
+    for name in ("wide_producer", "pingpong"):
         with pytest.raises(ValueError, match=f"{name}: only the Gluon kernels read it"):
             configs.TileConfig(16, 64, 4, 2, **{name: True})
     with pytest.raises(ValueError, match="pingpong.*wide_producer"):
         configs.TileConfig(64, 64, 8, 2, gluon=True, pingpong=True, wide_producer=True)
-    with pytest.raises(ValueError, match="free_halves: only the few-head"):
-        configs.TileConfig(64, 64, 8, 2, gluon=True, free_halves=True)
-    halves = configs.TileConfig(16, 64, 4, 2, gluon=True, free_halves=True)
-    assert not halves.without_gluon().free_halves
 
 
 def test_gluon_only_on_its_triton_versions(monkeypatch):

@@ -358,46 +358,6 @@ def test_gluon_arrivals_synchronize_their_partition_once(tmp_path):
         assert found and all(n == 1 for n in found), (kernel, found)
 
 
-_HALVES_PROBE = _ARRIVALS + r"""
-import json, re, sys
-from triton_sparse_mla import configs, portability
-out = {}
-for fp8 in (False, True):
-    for block_h in (8, 16):
-        for halves in (False, True):
-            tile = configs.TileConfig(block_h, 64, 4, 2, gluon=True, fp8_f16=fp8,
-                                      free_halves=halves)
-            label, kernel, types, cx, div, warps, stages = next(portability._gluon_variants(tile, fp8))
-            k = portability._compile(kernel, types, cx, div, 90, warps, stages)
-            ptx = k.asm["ptx"]
-            out[f"{'fp8' if fp8 else 'bf16'}/{block_h}/{int(halves)}"] = dict(
-                shared=k.metadata.shared, arrivals=arrivals(ptx),
-                waits=len(re.findall(r"mbarrier\.try_wait\.parity", ptx)),
-                pv_waits=sorted(set(re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)", ptx))))
-json.dump(out, open(sys.argv[1], "w"))
-"""
-
-
-@_NEEDS_GLUON
-def test_gluon_narrow_free_halves_compiles(tmp_path):
-    """The few-head Gluon kernels with ``free_halves`` (experimental: each ring slot freed in
-    two halves) compile for sm90 within its shared memory, over bf16 and fp8_ds_mla rows at 8
-    and 16 heads: one more one-thread arrival (the consumers' second free) and one more wait
-    than without, each arrival after exactly one barrier of its partition, and the PV dots
-    waited for with two still pending (tiles 2-3's) before the first half is freed."""
-    counts = _probe(_HALVES_PROBE, tmp_path)
-    for name, on in counts.items():
-        if name.endswith("/0"):
-            continue
-        off = counts[name[:-1] + "0"]
-        assert on["shared"] <= configs.SMEM_LIMIT["sm90"], (name, on)
-        assert on["shared"] - off["shared"] == 8 * 2, (name, on, off)  # (two more mbarriers)
-        assert len(on["arrivals"]) == len(off["arrivals"]) + 1, (name, on, off)
-        assert on["waits"] == off["waits"] + 1, (name, on, off)
-        assert all(n == 1 for n in on["arrivals"]), (name, on)
-        assert "2" in on["pv_waits"] and "2" not in off["pv_waits"], (name, on, off)
-
-
 _Q_SCALE_PROBE = r"""
 import json, re, sys
 from triton_sparse_mla import configs, portability

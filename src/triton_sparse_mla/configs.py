@@ -102,14 +102,6 @@ class TileConfig:
     # 2026-12-03, run 153; BENCHMARKS.md "The alternate-tile kernel shipped");
     # shipped (sm90's _G64).
     pingpong: bool = False
-    # With ``gluon`` and fewer than 64 heads (the few-head consumers of
-    # kernels/gluon_narrow.py, either row format): each ring slot freed in two halves, latent
-    # tiles 0-1 and the rope once the PV dots over tiles 0-1 are done, tiles 2-3 after the
-    # rest, so the producer starts the next fill of the slot the time of two PV dots earlier.
-    # Where the step is the producer's fill (8 heads in prefill over 32K rows: 1.38 us per
-    # step against a consumer chain 150-300 cycles shorter, runs 229-235) this is lead the
-    # producer lacks. Experimental, not timed yet: on in no table.
-    free_halves: bool = False
     # With ``gluon``: the Triton tile a call runs where the Gluon kernel does not apply
     # (``without_gluon``; the planner decides it per call, kernels.attention.gluon_applies).
     # None: the same shape with the Gluon-only fields off.
@@ -123,7 +115,7 @@ class TileConfig:
         if self.fallback is not None:
             return self.fallback
         return dataclasses.replace(self, gluon=False, wide_producer=False, pingpong=False,
-                                   free_halves=False, fp8_f16=self.triton_fp8_f16)
+                                   fp8_f16=self.triton_fp8_f16)
 
     @property
     def triton_fp8_f16(self) -> bool:
@@ -138,15 +130,12 @@ class TileConfig:
             raise ValueError(f"gluon: the Gluon kernels have two tiles, 64 heads x 64 rows with 8 "
                              f"warps, and 8, 16 or 32 heads x 64 rows with 4 warps, got "
                              f"{self.block_h} x {self.block_n} with {self.num_warps}")
-        for name in ("wide_producer", "pingpong", "free_halves"):
+        for name in ("wide_producer", "pingpong"):
             if getattr(self, name) and not self.gluon:
                 raise ValueError(f"{name}: only the Gluon kernels read it; set gluon too")
         if self.pingpong and self.wide_producer:
             raise ValueError("pingpong: the alternate-tile Gluon kernel's producer has 4 warps; "
                              "unset wide_producer")
-        if self.free_halves and not narrow:
-            raise ValueError("free_halves: only the few-head Gluon kernels (8, 16 or 32 heads x 64 "
-                             "rows with 4 warps) free their slots in halves")
         if self.fallback is not None and (self.fallback.gluon or not self.gluon):
             raise ValueError("fallback: a Triton tile (gluon off) for a tile with gluon")
 

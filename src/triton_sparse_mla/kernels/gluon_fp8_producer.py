@@ -61,9 +61,9 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier
 
 from . import gluon_narrow
-from .gluon_sm90 import (COPY_ALL, COPY_HI, COPY_LO, FLAT, SMEM, _NOT_SPECIALIZED, _arrive_all, _async_load,
-                         _barrier, _epilogue, _latent_ring, _load_q, _pass_ids, _pass_row, _reinterpret,
-                         _split_range, _tile_origin, _ws_consumer)
+from .gluon_sm90 import (FLAT, SMEM, _NOT_SPECIALIZED, _arrive_all, _async_load, _barrier, _epilogue,
+                         _latent_ring, _load_q, _pass_ids, _pass_row, _reinterpret, _split_range,
+                         _tile_origin, _ws_consumer)
 
 # Producer registers per thread, by producer warp count: 4 x 32 x 56 (7168; the consumers' two
 # warpgroups keep 224 each, without spills in their loop) or 8 x 32 x 24 (6144; consumers at 232);
@@ -123,35 +123,22 @@ def _raw_half(k_s, slot, SWAP: gl.constexpr = False):
 @gluon.jit
 def _copy_pass(k_s0, k_s1, k_s2, k_s3, kp_smem, sc_smem, kv_ptr, ids, n_rows, stride_kv, slot,
                row0: gl.constexpr, RAWP: gl.constexpr, ROPEP: gl.constexpr, SC4: gl.constexpr,
-               SWAP: gl.constexpr = False, PART: gl.constexpr = COPY_ALL):
+               SWAP: gl.constexpr = False):
     """The asynchronous copies of one pass of fp8_ds_mla rows ``ids`` ([ROWS] in RAWP's row
     slice) into rows ``row0 : row0 + ROWS`` of ring slot ``slot``: each latent tile's e4m3
     bytes into its second half, each row's 4 fp32 scales into ``sc_smem`` ([NS, BLOCK_N, 4]),
     the bf16 rope into the rope tile; one 16-byte copy per thread and tile. Invalid ids (-1
-    past the end) are zero-filled. PART (gluon_sm90.COPY_*): all of them, or latent tiles 0-1
-    with the scales and the rope, or tiles 2-3 (the halves TileConfig.free_halves frees)."""
+    past the end) are zero-filled."""
     ROWS: gl.constexpr = ids.shape[0]
     LAT: gl.constexpr = k_s0.shape[2]
     D_PE: gl.constexpr = kp_smem.shape[2]
     m_r = ((ids >= 0) & (ids < n_rows))[:, None]
     p_row = kv_ptr + ids.to(gl.int64) * stride_kv
     ptrs = p_row[:, None] + gl.arange(0, LAT, layout=gl.SliceLayout(0, RAWP))[None, :]
-    if PART != COPY_HI:
-        _async_load(_raw_half(k_s0, slot, SWAP).slice(row0, ROWS), ptrs, mask=m_r)
-        _async_load(_raw_half(k_s1, slot, SWAP).slice(row0, ROWS), ptrs + LAT, mask=m_r)
-    if PART != COPY_LO:
-        _async_load(_raw_half(k_s2, slot, SWAP).slice(row0, ROWS), ptrs + 2 * LAT, mask=m_r)
-        _async_load(_raw_half(k_s3, slot, SWAP).slice(row0, ROWS), ptrs + 3 * LAT, mask=m_r)
-    if PART != COPY_HI:
-        _copy_scales_rope(sc_smem, kp_smem, kv_ptr, ids, n_rows, stride_kv, slot, row0, ROPEP, SC4, LAT,
-                          D_PE)
-
-
-@gluon.jit
-def _copy_scales_rope(sc_smem, kp_smem, kv_ptr, ids, n_rows, stride_kv, slot, row0: gl.constexpr,
-                      ROPEP: gl.constexpr, SC4: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr):
-    """:func:`_copy_pass`'s copies of the rows' scales and rope."""
-    ROWS: gl.constexpr = ids.shape[0]
+    _async_load(_raw_half(k_s0, slot, SWAP).slice(row0, ROWS), ptrs, mask=m_r)
+    _async_load(_raw_half(k_s1, slot, SWAP).slice(row0, ROWS), ptrs + LAT, mask=m_r)
+    _async_load(_raw_half(k_s2, slot, SWAP).slice(row0, ROWS), ptrs + 2 * LAT, mask=m_r)
+    _async_load(_raw_half(k_s3, slot, SWAP).slice(row0, ROWS), ptrs + 3 * LAT, mask=m_r)
     ids_s = gl.convert_layout(ids, gl.SliceLayout(1, SC4), assert_trivial=True)
     p_sc = (kv_ptr + ids_s.to(gl.int64) * stride_kv + 4 * LAT).to(gl.pointer_type(gl.float32))
     o_s = gl.arange(0, 4, layout=gl.SliceLayout(0, SC4))
@@ -203,28 +190,19 @@ def _dequant_pass(k_s0, k_s1, k_s2, k_s3, sc_smem, slot, row0: gl.constexpr, RAW
 @gluon.jit
 def _issue_tile(k_s0, k_s1, k_s2, k_s3, kp_smem, sc_smem, kv_ptr, ids, n_rows, stride_kv, landed, free, i,
                 NS: gl.constexpr, RAWP: gl.constexpr, ROPEP: gl.constexpr, SC4: gl.constexpr,
-                SWAP: gl.constexpr = False, HALVES: gl.constexpr = False):
+                SWAP: gl.constexpr = False):
     """Step ``i``'s copies, once the consumers freed its slot (the tile NS steps before it has
     been read; the first NS steps pass at once): pass by pass (``ids`` [ROWS, PASSES], a
     thread's row of every pass), each pass with an arrival on its own ``landed`` barrier when
-    this thread's copies have landed. With HALVES (TileConfig.free_halves) the slot is freed
-    in two halves, ``free.index(slot)`` (latent tiles 0-1 and the rope) and
-    ``free.index(NS + slot)`` (tiles 2-3): every pass's copies of the first half are issued once
-    it is free, then pass by pass those of the second, each pass's arrival after them."""
+    this thread's copies have landed."""
     ROWS: gl.constexpr = ids.shape[0]
     PASSES: gl.constexpr = ids.shape[1]
     slot = i % NS
     mbarrier.wait(free.index(slot), ((i // NS) & 1) ^ 1)
-    if HALVES:
-        for j in gl.static_range(PASSES):
-            b_idx = _pass_row(ids, j)
-            _copy_pass(k_s0, k_s1, k_s2, k_s3, kp_smem, sc_smem, kv_ptr, b_idx, n_rows, stride_kv, slot,
-                       j * ROWS, RAWP, ROPEP, SC4, SWAP, COPY_LO)
-        mbarrier.wait(free.index(NS + slot), ((i // NS) & 1) ^ 1)
     for j in gl.static_range(PASSES):
         b_idx = _pass_row(ids, j)
         _copy_pass(k_s0, k_s1, k_s2, k_s3, kp_smem, sc_smem, kv_ptr, b_idx, n_rows, stride_kv, slot,
-                   j * ROWS, RAWP, ROPEP, SC4, SWAP, COPY_HI if HALVES else COPY_ALL)
+                   j * ROWS, RAWP, ROPEP, SC4, SWAP)
         async_copy.mbarrier_arrive(landed.index(slot * PASSES + j), increment_count=False)
 
 
@@ -260,12 +238,10 @@ def _convert_tile(k_s0, k_s1, k_s2, k_s3, sc_smem, landed, ready, i, NS: gl.cons
 @gluon.jit
 def _fp8_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2, k_s3,
                   kp_smem, sc_smem, landed, ready, free, BLOCK_N: gl.constexpr, NS: gl.constexpr,
-                  PW: gl.constexpr, F16: gl.constexpr, SWAP: gl.constexpr = False,
-                  HALVES: gl.constexpr = False):
+                  PW: gl.constexpr, F16: gl.constexpr, SWAP: gl.constexpr = False):
     """The ``PW`` producer warps (of the 64-head and the few-head kernel): for each step, once
     the consumers freed its slot, the tile's copies (:func:`_issue_tile`), then its conversion
-    (:func:`_convert_tile`); with HALVES each half of the slot once it is free. The next
-    step's ids are loaded while the copies fly. (Timed and
+    (:func:`_convert_tile`). The next step's ids are loaded while the copies fly. (Timed and
     dropped, H200 2026-12-02: the next tile's copies issued before this tile's conversion,
     0.74-0.86x, run 103, since the producer then waits for the consumers to free a slot before
     it converts; the copies and the conversion in two partitions of 4 warps, 0.98-1.03x on the
@@ -293,7 +269,7 @@ def _fp8_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s
     ids = _pass_ids(p_idx, n_start, n_end, ROWS, BLOCK_N // ROWS, RAWP)
     for i in range(n_steps):
         _issue_tile(k_s0, k_s1, k_s2, k_s3, kp_smem, sc_smem, kv_ptr, ids, n_rows, stride_kv, landed, free,
-                    i, NS, RAWP, ROPEP, SC4, SWAP, HALVES)
+                    i, NS, RAWP, ROPEP, SC4, SWAP)
         ids = _pass_ids(p_idx, n_start + (i + 1) * BLOCK_N, n_end, ROWS, BLOCK_N // ROWS, RAWP)
         _convert_tile(k_s0, k_s1, k_s2, k_s3, sc_smem, landed, ready, i, NS, PW, F16, SWAP)
 
@@ -306,13 +282,12 @@ def sparse_mla_gluon_fp8_ws_kernel(
     stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
     HAS_LEN: gl.constexpr, HAS_SINK: gl.constexpr, PARTIAL: gl.constexpr,
     BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
-    NS: gl.constexpr, PW: gl.constexpr, F16: gl.constexpr, HALVES: gl.constexpr,
+    NS: gl.constexpr, PW: gl.constexpr, F16: gl.constexpr,
 ):
     """One program per (token, head tile, split), as kernels/attention.py's, over fp8_ds_mla
     rows gathered and dequantized by ``PW`` producer warps (this module's docstring). With F16
     (``TileConfig.fp8_f16``) the latent operands are fp16 (q scaled by 2^-8, which the launcher divides out of
-    ``qk_scale``), the rope dot bf16. With HALVES (few heads only: TileConfig.free_halves)
-    the consumers free each slot in two halves, each with a ``free`` barrier."""
+    ``qk_scale``), the rope dot bf16."""
     NARROW: gl.constexpr = BLOCK_H < 64  # (kernels/gluon_narrow.py's consumers)
     # The raw halves of odd rows swapped, and the conversion's conflict-free layout (RAW_SWAP,
     # _cvt_layout): with the few-head consumers 1.06-1.11x (run 110). Not timed on the 64-head
@@ -339,15 +314,12 @@ def sparse_mla_gluon_fp8_ws_kernel(
     PASSES: gl.constexpr = BLOCK_N // (4 * PW)  # (the producer's passes per tile)
     landed = gl.allocate_shared_memory(gl.int64, [NS * PASSES, 1], mbarrier.MBarrierLayout())
     ready = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
-    FREES: gl.constexpr = 2 * NS if HALVES else NS
-    free = gl.allocate_shared_memory(gl.int64, [FREES, 1], mbarrier.MBarrierLayout())
+    free = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
     for j in gl.static_range(NS * PASSES):
         mbarrier.init(landed.index(j), count=32 * PW)  # one copy-completion per producer thread
     for j in gl.static_range(NS):
         # one arrival, once the whole partition is there (_arrive_all)
         mbarrier.init(ready.index(j), count=1)
-        mbarrier.init(free.index(j), count=1)
-    for j in gl.static_range(NS, FREES):  # (with HALVES, the second halves')
         mbarrier.init(free.index(j), count=1)
     fence_async_shared()  # q's stores and the barriers' initialisation, before the partitions
     _barrier()
@@ -365,10 +337,9 @@ def sparse_mla_gluon_fp8_ws_kernel(
                                              p_smem, ready, free, p_idx, n_start, n_end, n_steps, n_rows,
                                              qk_scale, q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
                                              stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, BLOCK_N,
-                                             LAT, NS, F16, HALVES)),
+                                             LAT, NS, F16)),
              (_fp8_producer, (kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2,
-                              k_s3, kp_smem, sc_smem, landed, ready, free, BLOCK_N, NS, PW, F16, SWAP,
-                              HALVES))],
+                              k_s3, kp_smem, sc_smem, landed, ready, free, BLOCK_N, NS, PW, F16, SWAP))],
             [PW], [REGS])
         gluon_narrow.narrow_epilogue(acc0, acc1, acc2, acc3, b_m, b_l2, sink_ptr, out_ptr, lse_ptr, i_t,
                                      i_s, h0, n_heads, stride_o_t, stride_o_h, stride_o_s, stride_lse_t,

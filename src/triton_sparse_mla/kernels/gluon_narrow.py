@@ -69,13 +69,12 @@ def narrow_consumer(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_sme
                     free, p_idx, n_start, n_end, n_steps, n_rows, qk_scale, q_nope_ptr, q_pe_ptr, i_t,
                     h0, n_heads, stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h,
                     BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, LAT: gl.constexpr, NS: gl.constexpr,
-                    F16: gl.constexpr, HALVES: gl.constexpr = False):
+                    F16: gl.constexpr):
     """The consumer warpgroup: first q into ``q_s*`` (from ``q_nope_ptr`` to ``stride_qp_h``:
     :func:`gluon_sm90._q_values`'s arguments), loaded here while the producer's first copies
     fly. Then each step waits for its slot's rows (``ready``),
     computes the transposed scores, the online softmax along the rows, P^T into ``p_smem`` and
-    the transposed PV dots, then frees the slot (``free``; with HALVES in two halves,
-    :func:`narrow_pv`). Returns the four output
+    the transposed PV dots, then frees the slot (``free``). Returns the four output
     accumulators [LAT, BLOCK_H] (fp32), the running max [BLOCK_H] (base 2) and the per-entry
     denominators [BLOCK_N, BLOCK_H]."""
     b_q0, b_q1, b_q2, b_q3, b_qp = _q_values(q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
@@ -120,8 +119,9 @@ def narrow_consumer(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_sme
                                                            acc2, acc3, p_smem)
         fence_async_shared()  # this thread's part of P^T, for the wgmma
         _barrier()  # every consumer thread's part
-        acc0, acc1, acc2, acc3 = narrow_pv(k0, k1, k2, k3, p_smem, acc0, acc1, acc2, acc3, free, slot,
-                                           NS, HALVES)
+        acc0, acc1, acc2, acc3 = narrow_pv(k0, k1, k2, k3, p_smem, acc0, acc1, acc2, acc3)
+        # every consumer warp's PV dots (which read the slot and P^T) are done: free the slot
+        _arrive_all(free.index(slot))
     return acc0, acc1, acc2, acc3, b_m, b_l2
 
 
@@ -148,29 +148,14 @@ def narrow_softmax(s, b_idx, n_rows, qk_scale, b_m, b_l2, acc0, acc1, acc2, acc3
 
 
 @gluon.jit
-def narrow_pv(k0, k1, k2, k3, p_smem, acc0, acc1, acc2, acc3, free, slot, NS: gl.constexpr,
-              HALVES: gl.constexpr):
-    """The transposed PV dots of one step (the latent tiles ``k0..k3`` [BLOCK_N, LAT] of ring
-    slot ``slot`` read transposed, P^T from ``p_smem``) into the four accumulators, waited for;
-    then the slot freed (``free.index(slot)``) once every consumer warp's dots are done. With
-    HALVES in two halves: tiles 0-1 and the rope (which only the score dots read) on
-    ``free.index(slot)`` once the dots over tiles 0-1 are done, tiles 2-3 on
-    ``free.index(NS + slot)`` after the rest (TileConfig.free_halves)."""
+def narrow_pv(k0, k1, k2, k3, p_smem, acc0, acc1, acc2, acc3):
+    """The transposed PV dots of one step (the latent tiles ``k0..k3`` [BLOCK_N, LAT] read
+    transposed, P^T from ``p_smem``) into the four accumulators, waited for."""
     acc0 = warpgroup_mma(k0.permute((1, 0)), p_smem, acc0, is_async=True)
     acc1 = warpgroup_mma(k1.permute((1, 0)), p_smem, acc1, is_async=True)
     acc2 = warpgroup_mma(k2.permute((1, 0)), p_smem, acc2, is_async=True)
     acc3 = warpgroup_mma(k3.permute((1, 0)), p_smem, acc3, is_async=True)
-    if HALVES:
-        # (one commit group per dot, completed in order: two left pending are tiles 2-3's)
-        acc0, acc1 = warpgroup_mma_wait(2, deps=[acc0, acc1])
-        _arrive_all(free.index(slot))
-        acc2, acc3 = warpgroup_mma_wait(0, deps=[acc2, acc3])
-        _arrive_all(free.index(NS + slot))
-    else:
-        acc0, acc1, acc2, acc3 = warpgroup_mma_wait(0, deps=[acc0, acc1, acc2, acc3])
-        # every consumer warp's PV dots (which read the slot and P^T) are done: free the slot
-        _arrive_all(free.index(slot))
-    return acc0, acc1, acc2, acc3
+    return warpgroup_mma_wait(0, deps=[acc0, acc1, acc2, acc3])
 
 
 @gluon.jit

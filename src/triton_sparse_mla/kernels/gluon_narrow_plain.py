@@ -30,13 +30,12 @@ def sparse_mla_gluon_narrow_kernel(
     stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
     HAS_LEN: gl.constexpr, HAS_SINK: gl.constexpr, PARTIAL: gl.constexpr,
     BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
-    NS: gl.constexpr, PW: gl.constexpr, HALVES: gl.constexpr,
+    NS: gl.constexpr, PW: gl.constexpr,
 ):
     """One program per (token, head tile, split), as gluon_sm90's kernels: ``PW`` producer warps
     copy each step's rows into an NS-slot ring and complete its ``ready`` barrier when their
     copies land; the consumer warpgroup (gluon_narrow.narrow_consumer) loads q, then computes
-    each step and frees its slot (with HALVES in two halves, each with a ``free`` barrier:
-    TileConfig.free_halves). Arguments as gluon_sm90.kernel_args gives them."""
+    each step and frees its slot. Arguments as gluon_sm90.kernel_args gives them."""
     i_t, h0 = _tile_origin(n_heads, BLOCK_H)
     dt: gl.constexpr = kv_ptr.dtype.element_ty  # bf16 or fp16, as q (kernels.attention)
     # q is stored by the consumers inside their partition
@@ -44,12 +43,9 @@ def sparse_mla_gluon_narrow_kernel(
     k_s0, k_s1, k_s2, k_s3, kp_smem = _latent_ring(dt, dt, BLOCK_N, LAT, D_PE, NS)
     p_smem = gluon_narrow.narrow_p_tile(dt, BLOCK_N, BLOCK_H)
     ready = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
-    FREES: gl.constexpr = 2 * NS if HALVES else NS
-    free = gl.allocate_shared_memory(gl.int64, [FREES, 1], mbarrier.MBarrierLayout())
+    free = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
     for j in gl.static_range(NS):
         mbarrier.init(ready.index(j), count=32 * PW)  # one copy-completion per producer thread
-        mbarrier.init(free.index(j), count=1)
-    for j in gl.static_range(NS, FREES):  # (with HALVES, the second halves')
         mbarrier.init(free.index(j), count=1)
     fence_async_shared()  # the barriers' initialisation, before the partitions
     _barrier()
@@ -62,9 +58,9 @@ def sparse_mla_gluon_narrow_kernel(
                                          p_smem, ready, free, p_idx, n_start, n_end, n_steps, n_rows,
                                          qk_scale, q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
                                          stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, BLOCK_N, LAT,
-                                         NS, False, HALVES)),
+                                         NS, False)),
          (_ws_producer, (kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2,
-                         k_s3, kp_smem, ready, free, BLOCK_N, LAT, D_PE, NS, PW, HALVES))],
+                         k_s3, kp_smem, ready, free, BLOCK_N, LAT, D_PE, NS, PW))],
         [PW], [PRODUCER_REGS])
     gluon_narrow.narrow_epilogue(acc0, acc1, acc2, acc3, b_m, b_l2, sink_ptr, out_ptr, lse_ptr, i_t, i_s,
                                  h0, n_heads, stride_o_t, stride_o_h, stride_o_s, stride_lse_t,

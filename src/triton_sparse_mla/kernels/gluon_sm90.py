@@ -107,13 +107,6 @@ def _row_ids(idx_ptr, n0, n_end, LAYOUT: gl.constexpr, BLOCK_N: gl.constexpr):
     return gl.load(idx_ptr + o_n, mask=o_n < n_end, other=-1)
 
 
-# What _copy_rows copies of a slot: all of it, or one of the halves TileConfig.free_halves
-# frees apart (latent tiles 0-1 and the rope; tiles 2-3).
-COPY_ALL = gl.constexpr(0)
-COPY_LO = gl.constexpr(1)
-COPY_HI = gl.constexpr(2)
-
-
 @gluon.jit
 def _ring_rows(ring, slot, row0, ROWS: gl.constexpr):
     """Rows ``row0 : row0 + ROWS`` of ring slot ``slot`` (the whole slot when ROWS is its
@@ -126,12 +119,10 @@ def _ring_rows(ring, slot, row0, ROWS: gl.constexpr):
 
 @gluon.jit
 def _copy_rows(k_s0, k_s1, k_s2, k_s3, kp_s, kv_ptr, b_idx, b_idx2, n_rows, stride_kv, slot, row0,
-               GATHER: gl.constexpr, GATHER_PE: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
-               PART: gl.constexpr = COPY_ALL):
+               GATHER: gl.constexpr, GATHER_PE: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr):
     """The asynchronous copies of rows ``b_idx`` ([ROWS] ids) into rows ``row0 : row0 + ROWS``
-    of ring slot ``slot`` of the latent tiles ``k_s0..3`` and the rope tile ``kp_s`` (PART:
-    all of them, or a slot's half as TileConfig.free_halves frees it); invalid row ids (-1
-    past the end) are zero-filled."""
+    of ring slot ``slot`` of the latent tiles ``k_s0..3`` and the rope tile ``kp_s``; invalid
+    row ids (-1 past the end) are zero-filled."""
     ROWS: gl.constexpr = b_idx.shape[0]
     m_n = (b_idx >= 0) & (b_idx < n_rows)
     p_row = kv_ptr + b_idx.to(gl.int64) * stride_kv
@@ -139,17 +130,14 @@ def _copy_rows(k_s0, k_s1, k_s2, k_s3, kp_s, kv_ptr, b_idx, b_idx2, n_rows, stri
     # (one allocation per latent tile: copies into subviews of one allocation at a dynamic
     # index each get a barrier of their own, as the compiler cannot tell them apart)
     ptrs = p_row[:, None] + o_c[None, :]
-    if PART != COPY_HI:
-        _async_load(_ring_rows(k_s0, slot, row0, ROWS), ptrs, mask=m_n[:, None])
-        _async_load(_ring_rows(k_s1, slot, row0, ROWS), ptrs + LAT, mask=m_n[:, None])
-    if PART != COPY_LO:
-        _async_load(_ring_rows(k_s2, slot, row0, ROWS), ptrs + 2 * LAT, mask=m_n[:, None])
-        _async_load(_ring_rows(k_s3, slot, row0, ROWS), ptrs + 3 * LAT, mask=m_n[:, None])
-    if PART != COPY_HI:
-        m_n2 = (b_idx2 >= 0) & (b_idx2 < n_rows)
-        p_row2 = kv_ptr + b_idx2.to(gl.int64) * stride_kv + 4 * LAT
-        o_p = gl.arange(0, D_PE, layout=gl.SliceLayout(0, GATHER_PE))
-        _async_load(_ring_rows(kp_s, slot, row0, ROWS), p_row2[:, None] + o_p[None, :], mask=m_n2[:, None])
+    _async_load(_ring_rows(k_s0, slot, row0, ROWS), ptrs, mask=m_n[:, None])
+    _async_load(_ring_rows(k_s1, slot, row0, ROWS), ptrs + LAT, mask=m_n[:, None])
+    _async_load(_ring_rows(k_s2, slot, row0, ROWS), ptrs + 2 * LAT, mask=m_n[:, None])
+    _async_load(_ring_rows(k_s3, slot, row0, ROWS), ptrs + 3 * LAT, mask=m_n[:, None])
+    m_n2 = (b_idx2 >= 0) & (b_idx2 < n_rows)
+    p_row2 = kv_ptr + b_idx2.to(gl.int64) * stride_kv + 4 * LAT
+    o_p = gl.arange(0, D_PE, layout=gl.SliceLayout(0, GATHER_PE))
+    _async_load(_ring_rows(kp_s, slot, row0, ROWS), p_row2[:, None] + o_p[None, :], mask=m_n2[:, None])
 
 
 @gluon.jit
@@ -391,13 +379,10 @@ def _pass_row(ids, j: gl.constexpr):
 @gluon.jit
 def _ws_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0, k_s1, k_s2, k_s3,
                  kp_smem, ready, free, BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
-                 NS: gl.constexpr, PW: gl.constexpr, HALVES: gl.constexpr = False):
+                 NS: gl.constexpr, PW: gl.constexpr):
     """The ``PW`` producer warps: for each step, once the consumers freed its ring slot, the
     asynchronous copies of the tile, ``2 * PW`` rows per pass, and an arrival on the slot's
-    ``ready`` barrier that lands when this thread's copies have; then the next step's ids.
-    With HALVES (TileConfig.free_halves) the slot is freed in two halves, ``free.index(slot)``
-    (latent tiles 0-1 and the rope) and ``free.index(NS + slot)`` (tiles 2-3), each half's
-    copies issued once it is free."""
+    ``ready`` barrier that lands when this thread's copies have; then the next step's ids."""
     GATHER: gl.constexpr = GATHER_W8 if PW == 8 else GATHER_W4
     ROPE: gl.constexpr = ROPE_W8 if PW == 8 else ROPE_W4
     PASS_ROWS: gl.constexpr = 2 * PW
@@ -411,13 +396,7 @@ def _ws_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, k_s0
             b_idx = _pass_row(ids, j)
             b_idx_pe = gl.convert_layout(b_idx, gl.SliceLayout(1, ROPE), assert_trivial=True)
             _copy_rows(k_s0, k_s1, k_s2, k_s3, kp_smem, kv_ptr, b_idx, b_idx_pe, n_rows, stride_kv,
-                       slot, j * PASS_ROWS, GATHER, ROPE, LAT, D_PE, COPY_LO if HALVES else COPY_ALL)
-        if HALVES:
-            mbarrier.wait(free.index(NS + slot), ((i // NS) & 1) ^ 1)
-            for j in gl.static_range(PASSES):
-                b_idx = _pass_row(ids, j)
-                _copy_rows(k_s0, k_s1, k_s2, k_s3, kp_smem, kv_ptr, b_idx, b_idx, n_rows, stride_kv,
-                           slot, j * PASS_ROWS, GATHER, ROPE, LAT, D_PE, COPY_HI)
+                       slot, j * PASS_ROWS, GATHER, ROPE, LAT, D_PE)
         async_copy.mbarrier_arrive(ready.index(slot), increment_count=False)
         ids = _pass_ids(p_idx, n_start + (i + 1) * BLOCK_N, n_end, PASS_ROWS, PASSES, GATHER)
 
@@ -476,13 +455,12 @@ def tile_variant(tile, fp8: bool):
         from . import gluon_fp8_producer
 
         return (gluon_fp8_producer.sparse_mla_gluon_fp8_ws_kernel,
-                dict(F16=tile.fp8_f16, NS=NS, PW=pw, BLOCK_H=tile.block_h, HALVES=tile.free_halves),
-                tile.num_warps)
+                dict(F16=tile.fp8_f16, NS=NS, PW=pw, BLOCK_H=tile.block_h), tile.num_warps)
     if tile.block_h < 64:
         from . import gluon_narrow_plain
 
-        return (gluon_narrow_plain.sparse_mla_gluon_narrow_kernel,
-                dict(NS=NS, PW=pw, BLOCK_H=tile.block_h, HALVES=tile.free_halves), tile.num_warps)
+        return (gluon_narrow_plain.sparse_mla_gluon_narrow_kernel, dict(NS=NS, PW=pw, BLOCK_H=tile.block_h),
+                tile.num_warps)
     if not tile.pingpong:
         raise ValueError("pingpong: over bf16/fp16 rows the 64-head Gluon tile is the "
                          "alternate-tile kernel; set pingpong")

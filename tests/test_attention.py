@@ -339,6 +339,37 @@ def test_gluon_runs_where_it_applies(device, monkeypatch):
         configs.TileConfig(64, 64, 8, 2, gluon=True, pingpong=True, wide_producer=True)
 
 
+def test_a_call_asks_once_whether_gluon_applies(device, monkeypatch):
+    """A call planned by the library decides once whether the Gluon kernels apply (while
+    planning; the launch trusts that plan), and still gives the reference's output; a plan
+    handed in from outside is checked at the launch."""
+    from triton_sparse_mla.kernels import attention
+
+    asked, applies = [], attention.gluon_applies
+
+    def counted(*args):
+        asked.append(args[2:])
+        return applies(*args)
+
+    monkeypatch.setattr(api, "gluon_applies", counted)
+    monkeypatch.setattr(attention, "gluon_applies", counted)
+    prob = make_problem(t=2, h=16, k=64, n=100, device=device)
+    kv = aligned_rows(prob.kv)
+    out = sparse_mla_attention(prob.q, kv, prob.indices, prob.sm_scale)
+    assert len(asked) == 1, asked
+    ref_out, ref_lse = sparse_mla_reference(prob.q, kv, prob.indices, prob.sm_scale)
+    assert_close(out, None, ref_out, ref_lse, rtol_norm=TOL["bf16"])
+    # a pinned plan (as the tests and the sweep pass): asked at the launch only if its tile
+    # names the Gluon kernels
+    asked.clear()
+    q_nope, q_pe = api._split_query(prob.q)
+    for tile in (configs.TileConfig(16, 32, 4, 3), configs.TileConfig(16, 64, 4, 2, gluon=True)):
+        api._run(q_nope, q_pe, kv, prob.indices, None, None, prob.sm_scale, torch.empty_like(out), None,
+                 family=None, sm_count=1, fp8_cvt=1, fp8=False,
+                 plan=configs.LaunchPlan(tile=tile, splits=1, fp8_cvt=1))
+    assert len(asked) == 1, asked
+
+
 def test_gluon_only_on_its_triton_versions(monkeypatch):
     """The Gluon kernels run only with the Triton versions whose Gluon calls they use
     (kernels.attention.GLUON_TRITON: 3.6 to 3.8; 3.9 renamed two of them): with any other, the

@@ -238,9 +238,10 @@ def _run(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, out, lse, 
         if lse is not None:
             lse.fill_(float("-inf"))
         return
-    if plan is None:
+    planned = plan is None
+    if planned:
         gluon = gluon_applies(q_nope, kv, 0 if q_pe is None else q_pe.shape[2], fp8, _interpreting())
         plan = configs.plan_launch(family, sm_count, fp8_cvt, t_count=t_count, h_count=h_count,
                                    topk=topk, fp8=fp8, gluon=gluon)
     return launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, out,
-                                 lse, fp8=fp8, plan=plan)
+                                 lse, fp8=fp8, plan=plan, gluon_checked=planned)

@@ -446,18 +446,24 @@ def split_layout(topk: int, splits: int, block_n: int) -> tuple[int, int]:
 
 
 def launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, out, lse,
-                          *, fp8, plan):
+                          *, fp8, plan, gluon_checked=False):
     """Launch the kernel (and the combine step when ``splits > 1``); return the compiled main kernel.
 
     Shapes: ``q_nope [T, H, 512]``, ``q_pe [T, H, D_PE]`` or None, ``kv [N, C]``,
     ``indices [T, K]`` int32, ``topk_length [T]`` int32 or None, ``attn_sink [H]`` fp32 or None,
     ``out [T, H, 512]``, ``lse [T, H]`` fp32 or None. Inputs are validated by the caller.
     ``plan``: a ``configs.LaunchPlan`` (tile, split count, fp8 decode path).
+    ``gluon_checked``: the plan was made for this call with :func:`gluon_applies`'s answer
+    (``api._run``), so a tile with ``gluon`` runs the Gluon kernels without asking again; a
+    plan made elsewhere (tests, the sweep, another device) is checked here.
     """
     tile, splits, fp8_cvt = plan.tile, plan.splits, plan.fp8_cvt
     interpret = os.environ.get("TRITON_INTERPRET") == "1"
     d_pe = 0 if q_pe is None else q_pe.shape[2]
-    gluon = gluon_kernels(tile, q_nope, kv, d_pe, fp8, interpret)
+    if gluon_checked and tile.gluon:
+        gluon = gluon_module()
+    else:
+        gluon = gluon_kernels(tile, q_nope, kv, d_pe, fp8, interpret)
     if gluon is None and tile.gluon:
         # a Gluon tile where Gluon does not run (a plan made for another device): its Triton
         # tile, as the planner would have chosen (configs.TileConfig.without_gluon), with the

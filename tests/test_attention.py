@@ -372,12 +372,13 @@ def test_a_call_asks_once_whether_gluon_applies(device, monkeypatch):
 
 def test_gluon_only_on_its_triton_versions(monkeypatch):
     """The Gluon kernels run only with the Triton versions whose Gluon calls they use
-    (kernels.attention.GLUON_TRITON: 3.6 to 3.8; 3.9 renamed two of them): with any other, the
-    module is not imported and the planner takes the Triton tiles."""
+    (kernels.attention.GLUON_TRITON: 3.6 to 3.9, the versions they ran on; 3.9 renamed two of
+    the calls): with any other, the module is not imported and the planner takes the Triton
+    tiles."""
     from triton_sparse_mla.kernels import attention
 
-    for version, ok in (("3.5.1", False), ("3.6.0", True), ("3.8.0", True), ("3.9.0", False),
-                        ("4.0.0", False)):
+    for version, ok in (("3.5.1", False), ("3.6.0", True), ("3.8.0", True), ("3.9.0", True),
+                        ("3.10.0", False), ("4.0.0", False)):
         monkeypatch.setattr(attention.triton, "__version__", version)
         assert attention.gluon_triton() == ok, version
     attention.gluon_module.cache_clear()

@@ -24,6 +24,12 @@ fi
 # registers an AMD backend as an entry point, which the stripped copy lacks).
 export PYTHONPATH=${EXTRA_SITE:+$EXTRA_SITE:}$PYTHONPATH
 [ -n "${EXTRA_SITE:-}" ] && export TRITON_BACKENDS_IN_TREE=1
+# The carried copy leaves out the Blackwell ptxas; Triton 3.9 asks for it for every target, so
+# point it at the copy's own ptxas (as run 250 did by hand; a normal install has both).
+xb=${EXTRA_SITE:-}; xb=${xb%%:*}/triton/backends/nvidia/bin
+if [ -n "${EXTRA_SITE:-}" ] && [ -x "$xb/ptxas" ] && [ ! -e "$xb/ptxas-blackwell" ]; then
+  export TRITON_PTXAS_BLACKWELL_PATH=$xb/ptxas
+fi
 steps=${*:-tests sanitizer sweep bench prefill}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"

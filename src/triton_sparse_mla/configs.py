@@ -72,7 +72,7 @@ class TileConfig:
     # slot in global memory where set. Experimental: on in no table yet.
     scores_apart: bool = False
     # Run the Gluon kernels (kernels/gluon_sm90.py) where they apply: an SM90 device, Triton
-    # 3.6 or newer, a 576-column q, bf16 (or fp16 with fp16 rows), a cache aligned to 16; see
+    # 3.6 to 3.9 (kernels.attention.GLUON_TRITON), a 576-column q, bf16 (or fp16 with fp16 rows), a cache aligned to 16; see
     # kernels.attention.gluon_applies. Elsewhere (other GPUs, the interpreter, a NoPE q, an
     # unaligned cache) the planner takes the tile's ``without_gluon`` tile for the Triton
     # kernel (``fallback``, else the same shape). Two shapes: 64 heads x 64 rows with 8 warps,

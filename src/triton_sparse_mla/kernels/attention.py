@@ -385,7 +385,7 @@ def gluon_kernels(tile, q_nope, kv, d_pe: int, fp8: bool, interpret: bool):
 
 def gluon_applies(q_nope, kv, d_pe: int, fp8: bool, interpret: bool) -> bool:
     """Whether the Gluon kernels run a call: on an SM90 device, not under the interpreter,
-    with Triton 3.6 to 3.8 (:data:`GLUON_TRITON`: the Gluon calls they use), for a q of
+    with Triton 3.6 to 3.9 (:data:`GLUON_TRITON`: the Gluon calls they use), for a q of
     576 columns that is bf16 (any row format) or fp16 (fp16 rows), over a cache whose start
     and row stride are multiples of 16 (bytes, and elements: what Triton's specialization can
     tell their 16-byte asynchronous copies; every cache vLLM allocates), unless the

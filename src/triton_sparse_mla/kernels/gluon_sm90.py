@@ -29,7 +29,9 @@ producer warps (1.18-1.41x over the Triton tile on bf16 rows, 1.18-1.22x on fp8_
 producers then gave 1.05-1.07x and 1.22-1.25x more), the lockstep bf16 kernel with producer
 warps (the alternate-tile kernel 1.03-1.22x over it, run 153), and the next tile's score dots
 issued during this tile's softmax (0.75-0.82x, run 76). Their code: commit 44043de and
-earlier.
+earlier. Also (2026-12-05): the few-head consumers freeing each ring slot in two halves for
+the producer to refill sooner (``free_halves``, 0.88-0.99x under Triton 3.8, run 245; commit
+580c519).
 
 Import only where this Triton has the Gluon calls used (:func:`kernels.attention.gluon_module`);
 the kernels run only on SM90 GPUs, never under the interpreter

@@ -72,17 +72,17 @@ class TileConfig:
     # slot in global memory where set. Experimental: on in no table yet.
     scores_apart: bool = False
     # Run the Gluon kernels (kernels/gluon_sm90.py) where they apply: an SM90 device, Triton
-    # 3.6 to 3.9 (kernels.attention.GLUON_TRITON), a 576-column q, bf16 (or fp16 with fp16 rows), a cache aligned to 16; see
-    # kernels.attention.gluon_applies. Elsewhere (other GPUs, the interpreter, a NoPE q, an
-    # unaligned cache) the planner takes the tile's ``without_gluon`` tile for the Triton
-    # kernel (``fallback``, else the same shape). Two shapes: 64 heads x 64 rows with 8 warps,
-    # and 8, 16 or 32 heads x 64 rows with 4 warps (kernels/gluon_narrow.py: heads along the
-    # wgmma's N; one program per SM, as ``programs_per_sm`` counts every Gluon tile). Every
-    # Gluon kernel gathers its rows in producer warps that hand the tiles over through
-    # mbarriers (over fp8_ds_mla rows they also dequantize, in place in the operand slot:
-    # kernels/gluon_fp8_producer.py, 1.22x at 64 and 1.25x at 128 heads on decode T=128 over
-    # the Gluon kernel without producer warps, H200, 2026-12-02, run 98; over bf16 rows
-    # 1.05-1.07x, runs 75-76).
+    # 3.6 to 3.9 (kernels.attention.GLUON_TRITON), a 576-column q, bf16 (or fp16 with fp16
+    # rows), a cache aligned to 16; see kernels.attention.gluon_applies. Elsewhere (other
+    # GPUs, the interpreter, a NoPE q, an unaligned cache) the planner takes the tile's
+    # ``without_gluon`` tile for the Triton kernel (``fallback``, else the same shape). Two
+    # shapes: 64 heads x 64 rows with 8 warps, and 8, 16 or 32 heads x 64 rows with 4 warps
+    # (kernels/gluon_narrow.py: heads along the wgmma's N; one program per SM, as
+    # ``programs_per_sm`` counts every Gluon tile). Every Gluon kernel gathers its rows in
+    # producer warps that hand the tiles over through mbarriers (over fp8_ds_mla rows they
+    # also dequantize, in place in the operand slot: kernels/gluon_fp8_producer.py, 1.22x at
+    # 64 and 1.25x at 128 heads on decode T=128 over the Gluon kernel without producer warps,
+    # H200, 2026-12-02, run 98; over bf16 rows 1.05-1.07x, runs 75-76).
     gluon: bool = False
     # With ``gluon``: 8 producer warps instead of 4 (passes of 16 rows, half the passes per
     # warp; the consumers at 232 registers instead of 240, no spills, Triton 3.6 and 3.8).

@@ -407,8 +407,9 @@ def gluon_applies(q_nope, kv, d_pe: int, fp8: bool, interpret: bool) -> bool:
 # 250, 2026-12-05: every Gluon and CUDA-graph test passes). Triton 3.9 renamed two of them
 # (shared_memory_descriptor._reinterpret, async_copy's async_copy_global_to_shared); the
 # kernels reach both through version-neutral names (gluon_sm90._reinterpret, _async_load).
-# Under 3.9 the 64-head kernels ran at 0.96-0.97x of their 3.8 speed (run 251, one round; the
-# alternate-tile kernel spills there), still well ahead of the Triton tiles they replace.
+# Under 3.9 the 64-head kernels ran at 0.96-0.97x of their 3.8 speed (run 251, one round; run
+# 256: the bf16 one at 0.96-0.99x of 3.6, its spills there not the cause, its wgmma descriptors
+# built in vector registers: BENCHMARKS.md), still well ahead of the Triton tiles they replace.
 GLUON_TRITON = ((3, 6), (3, 10))
 
 

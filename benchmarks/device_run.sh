@@ -93,7 +93,7 @@ for s in $steps; do
       # for the joint max (benchmarks/nb_exchange_probe.py; $NB_VARIANTS, default below)
       timeout 240 compute-sanitizer --tool racecheck python3 benchmarks/nb_exchange_probe.py \
         ${NB_VARIANTS:-full,none,2 partial,none,2 full,none,1} 2>&1 | tee "$OUT/nb-probe.log" | grep -v '^=========     ' | tail -40 ;;
-    vllmtests) # tests/vllm against vLLM 0.33 carried in .vllm-carry (benchmarks/vllm_device_setup.sh)
+    vllmtests) # tests/vllm against the vLLM in .vllm-carry, 0.33.0 or 0.34.0 (vllm_device_setup.sh)
       timeout 400 bash benchmarks/vllm_device_setup.sh python3 -m pytest -q -p no:cacheprovider tests/vllm 2>&1 \
         | tee "$OUT/vllm-tests.log" | tail -8 ;;
     apart) timeout 420 python3 benchmarks/sweep.py "$OUT/sweep-apart.json" --apart 2>&1 | tee "$OUT/sweep-apart.log" | grep APART ;;

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Make vLLM 0.33 importable on the GPU machine (no network, no vLLM there), then run "$@".
+# Make the carried vLLM (0.33.0, or 0.34.0: the release .vllm-carry was built from) importable
+# on the GPU machine (no network, no vLLM there), then run "$@".
 # Needs the git-ignored .vllm-carry in the call's carry list: wheels/*.whl (cp312 deps missing
 # there + this project's wheel, for its vllm.general_plugins entry point) and vllm-*.tar.xz
 # (vllm-dg.tar.xz: DeepGEMM, which the DSA indexer needs), built by benchmarks/vllm_carry/build.sh.

@@ -5,8 +5,8 @@ else shrunk, dense layers only) runs greedy decoding once per attention backend,
 fresh process, on the same seeded dummy weights. Prints per-prompt tokens and logprobs, a
 verdict, and writes everything as JSON.
 
-Needs a Hopper/Blackwell GPU, vLLM 0.33 with DeepGEMM (the DSA indexer uses it) and this
-project's plugin. On the device machine:
+Needs a Hopper/Blackwell GPU, vLLM 0.33 (0.34 not run here yet) with DeepGEMM (the DSA
+indexer uses it) and this project's plugin. On the device machine:
 
     bash benchmarks/vllm_device_setup.sh python3 benchmarks/vllm_e2e.py OUT.json
 

@@ -1,4 +1,4 @@
-"""Fixtures for the vLLM plugin tests: real vLLM 0.33 objects, no GPU required.
+"""Fixtures for the vLLM plugin tests: real vLLM objects (0.33 or 0.34), no GPU required.
 
 Without a CUDA driver, vLLM's CUDA platform module needs a stub ``libcuda.so.1`` on
 ``LD_LIBRARY_PATH`` (``.ci/vllm-tests`` provides one); tests that need it skip otherwise.

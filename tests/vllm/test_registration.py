@@ -41,3 +41,29 @@ def test_plugin_loader_registers_backend():
     assert result == {"loaded_by_vllm": True, "member": True, "custom": True, "name": "TRITON_MLA_SPARSE", "cuda_initialized": False}, (
         "is the vllm.general_plugins entry point installed? " + json.dumps(result)
     )
+
+
+def test_untested_vllm_version_warns(registered, monkeypatch):
+    """Registering under a vLLM series the plugin was not tested against logs one warning
+    naming the version; the installed (tested) version logs none."""
+    import logging
+
+    import vllm
+
+    from triton_sparse_mla.vllm_plugin import registration
+
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    registration.logger.addHandler(handler)
+    monkeypatch.setattr(registration, "_logged", set())
+    try:
+        registration.register_with_vllm()
+        assert not [r for r in records if r.levelno >= logging.WARNING], [r.getMessage() for r in records]
+        monkeypatch.setattr(vllm, "__version__", "0.99.0")
+        registration.register_with_vllm()
+        registration.register_with_vllm()
+    finally:
+        registration.logger.removeHandler(handler)
+    warnings = [r.getMessage() for r in records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "vLLM 0.99.0: not tested" in warnings[0], warnings

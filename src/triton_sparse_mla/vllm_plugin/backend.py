@@ -1,6 +1,6 @@
 """``TRITON_MLA_SPARSE``: vLLM's view of the backend (capabilities, cache layout, classes).
 
-Imported by vLLM only, after :func:`triton_sparse_mla.vllm_plugin.register`; needs vLLM 0.33.
+Imported by vLLM only, after :func:`triton_sparse_mla.vllm_plugin.register`; needs vLLM 0.33 or 0.34.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Register the backend with vLLM and rank it in vLLM's automatic backend selection.
 
-vLLM 0.33 has no public hook to add a backend to its per-GPU priority lists, so
+vLLM (0.33, 0.34) has no public hook to add a backend to its per-GPU priority lists, so
 :func:`install_selector_hook` wraps ``CudaPlatformBase.get_valid_backends``: it lets vLLM
 rank its own backends, then adds ``TRITON_MLA_SPARSE`` first, last or not at all (see
 :mod:`.selection`), and logs one line naming the backend that will be used and why.
@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 import sys
 
-from .selection import BACKEND_CLASS_PATH, BACKEND_NAME, rank_backend, select_mode
+from .selection import (BACKEND_CLASS_PATH, BACKEND_NAME, rank_backend, select_mode, vllm_tested,
+                        vllm_version_note)
 
 # A child of the "vllm" logger, so the line shows with vLLM's own handler and format.
 logger = logging.getLogger("vllm.plugins.triton_sparse_mla")
@@ -23,9 +24,15 @@ _logged: set = set()
 def register_with_vllm() -> None:
     """Add ``TRITON_MLA_SPARSE`` and the ``CUSTOM`` alias; install the selector hook.
 
-    Safe to call repeatedly. Imports vLLM; touches no GPU.
+    Safe to call repeatedly. Imports vLLM; touches no GPU. Warns (once per process) when the
+    installed vLLM is of a series the plugin was not tested against.
     """
+    import vllm
     from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
+
+    if not vllm_tested(vllm.__version__):
+        _log_once("version", f"vLLM {vllm.__version__}: {vllm_version_note(vllm.__version__)}",
+                  level=logging.WARNING)
 
     # register_backend(name, ...) raises when the member exists: guard for idempotence.
     if BACKEND_NAME not in AttentionBackendEnum.__members__:
@@ -122,8 +129,8 @@ def _offer_backend(valid, invalid, device_capability, attn_selector_config) -> N
         _log_once(sm, f"sparse MLA on {sm}: no valid backend; {BACKEND_NAME}: {'; '.join(reasons)}")
 
 
-def _log_once(key: str, message: str) -> None:
+def _log_once(key: str, message: str, level: int = logging.INFO) -> None:
     if (key, message) in _logged:
         return
     _logged.add((key, message))
-    logger.info("triton-sparse-mla: %s", message)
+    logger.log(level, "triton-sparse-mla: %s", message)

@@ -23,6 +23,11 @@ SELECT_MODES = ("auto", "off", "force")
 MIN_CAPABILITY_MAJOR = 8
 """Triton's tensor-core and bf16 paths the kernels use need SM80 or newer."""
 
+TESTED_VLLM = ("0.33", "0.34")
+"""vLLM release series the plugin's tests have passed against (``tests/vllm``; the extra
+``triton-sparse-mla[vllm]`` allows these). Another version still loads the plugin, with a
+warning: the interfaces it uses are vLLM internals."""
+
 
 class Ranking(NamedTuple):
     rank: str
@@ -67,6 +72,20 @@ def rank_backend(capability_major: int, mode: str) -> Ranking:
     )
 
 
+def vllm_tested(version: str) -> bool:
+    """Whether vLLM ``version`` (as ``vllm.__version__`` gives it, ``"0.34.0"``) is of a
+    series in :data:`TESTED_VLLM`."""
+    return ".".join(version.split(".")[:2]) in TESTED_VLLM
+
+
+def vllm_version_note(version: str) -> str:
+    """``"tested"``, or why a vLLM ``version`` outside :data:`TESTED_VLLM` may not work."""
+    if vllm_tested(version):
+        return "tested with this plugin"
+    return (f"not tested with this plugin (tested: {', '.join(TESTED_VLLM)}); the backend uses "
+            "vLLM internals that may have changed")
+
+
 def describe_selection(environ=None) -> str:
     """A short report for ``triton-sparse-mla vllm``: vLLM's presence, the selection mode, and
     where ``TRITON_MLA_SPARSE`` ranks on this machine's GPUs (or on every family without one).
@@ -77,7 +96,8 @@ def describe_selection(environ=None) -> str:
 
     lines = []
     try:
-        lines.append(f"vLLM: {importlib.metadata.version('vllm')} installed")
+        version = importlib.metadata.version("vllm")
+        lines.append(f"vLLM: {version} installed, {vllm_version_note(version)}")
     except importlib.metadata.PackageNotFoundError:
         lines.append('vLLM: not installed (pip install "triton-sparse-mla[vllm]")')
     mode = select_mode(environ)

@@ -192,3 +192,70 @@ def test_layers_warm_up_their_kernels(kv_dtype, rope, model_dirs, registered, cp
     assert len(kinds) == 1
     with pytest.raises(ValueError, match="TRITON_SPARSE_MLA_WARMUP: expected 'on' or 'off', got 'yes'"):
         impl.warmup_setting({"TRITON_SPARSE_MLA_WARMUP": "yes"})
+
+
+@pytest.mark.parametrize("model,kv_dtype,heads,rope", [
+    pytest.param("deepseek_v32", "auto", 4, 64, id="dsv32-bf16-H4"),
+    pytest.param("glm_moe_dsa", "fp8_ds_mla", 3, 0, id="nope512-fp8-H3"),
+])
+def test_shardq_call_matches_reference(model, kv_dtype, heads, rope, model_dirs, registered, cpu_vllm,
+                                       monkeypatch):
+    """A ShardQ call (vLLM 0.34, tensor parallelism 2): the layer's impl takes ShardQ, warms up
+    for its own and both ranks' heads, and attends this rank's share of the prefill tokens with
+    both ranks' heads, its top-k rows read after the decodes' (``topk_start``), on the metadata
+    narrowed as vLLM's ``build_shardq_metadata`` narrows it (here by hand: that function needs a
+    process group); against the reference."""
+    import dataclasses
+
+    from vllm.config import set_current_vllm_config
+    from vllm.model_executor.layers.attention.sparse_mla_attention import SparseMLACommonMetadata
+
+    from triton_sparse_mla import warmup
+    from triton_sparse_mla.reference import sparse_mla_reference
+    from triton_sparse_mla.vllm_plugin import impl
+
+    if "topk_start" not in {f.name for f in dataclasses.fields(SparseMLACommonMetadata)}:
+        pytest.skip("this vLLM has no ShardQ (0.34 brought it)")
+    world = 2
+    kinds = []
+    monkeypatch.setattr(warmup, "warmup", lambda **kind: kinds.append(kind["num_heads"]) or [])
+    monkeypatch.setattr(impl, "_WARMED", set())
+    monkeypatch.setenv("TRITON_SPARSE_MLA_WARMUP", "on")
+    config = make_vllm_config(model_dirs[model], kv_cache_dtype=kv_dtype)
+    config.parallel_config.tensor_parallel_size = world
+    with set_current_vllm_config(config):
+        layer, topk_buffer = build_layer(config, num_heads=heads, rope_dim=rope, topk=TOPK, device=DEVICE)
+    assert layer.impl.use_shardq and kinds == [heads, world * heads]
+    config.parallel_config.tensor_parallel_size = 1  # the builder below is a single process's
+    builder = build_builder(config, layer, device=DEVICE)
+    batch = build_batch([1, 2, 9, 6], [70, 129, 100, 6], num_blocks=NUM_BLOCKS, device=DEVICE)
+    metadata = builder.build(0, batch.common)
+    nd = metadata.num_decode_tokens
+    assert nd == 1 and metadata.topk_start == 0
+    # This rank's tokens after the decodes (vLLM splits each request zigzag over the ranks).
+    local = torch.tensor([0, 1, 2, 5, 9, 10, 14])
+    narrowed = dataclasses.replace(metadata, num_decodes=0, num_decode_tokens=0,
+                                   req_id_per_token=metadata.req_id_per_token[(local + nd).to(DEVICE)],
+                                   topk_start=nd)
+    cache_dtype = torch.uint8 if kv_dtype == "fp8_ds_mla" else torch.bfloat16
+    # (fp8_ds_mla rows are 656 bytes with or without rope; a NoPE query meets the rope as zero)
+    width = 576 if kv_dtype == "fp8_ds_mla" else 512 + rope
+    kv_cache, _ = paged_cache(batch, num_blocks=NUM_BLOCKS, width=width, dtype=cache_dtype, device=DEVICE)
+    logical, owners = _topk_rows(batch, seed=5)
+    # The indexer wrote the decodes' top-k first, then this rank's tokens', compactly.
+    topk_buffer.fill_(-1)
+    topk_buffer[:nd] = logical[:nd].to(DEVICE)
+    topk_buffer[nd:nd + len(local)] = logical[local + nd].to(DEVICE)
+    # The query as vLLM's shard_q hands it over: [T_rank, world * H, 512 + rope], contiguous.
+    g = torch.Generator().manual_seed(6)
+    q = torch.randn(len(local), world * heads, 512 + rope, generator=g).to(torch.bfloat16)
+    if DEVICE == "cpu":
+        layer.impl.group_conversion_decode_only = True
+    with set_current_vllm_config(config):
+        out, _ = layer.impl.forward_mqa(q.to(DEVICE), kv_cache, narrowed, layer)
+    assert out.shape == (len(local), world * heads, 512) and out.is_contiguous()
+    rows = physical_rows(batch, [owners[t] for t in (local + nd).tolist()], logical[local + nd])
+    flat = kv_cache.as_strided((NUM_BLOCKS * 128, kv_cache.shape[2]), (kv_cache.shape[2], 1)).cpu()
+    q_ref = q if rope else (q, torch.zeros(len(local), world * heads, 64, dtype=torch.bfloat16))
+    ref, _ = sparse_mla_reference(q_ref, flat, rows.to(torch.int32), layer.impl.scale)
+    torch.testing.assert_close(out.float().cpu(), ref.float(), atol=2e-2, rtol=2e-2)

@@ -80,11 +80,19 @@ def _warm_up(num_heads, kv_cache_dtype, d_qk, need_lse, topk_indices_buffer) -> 
 
 
 class TritonMLASparseImpl(SparseMLACommonImpl[TritonMLASparseMetadata]):
-    """Sparse MLA decode and prefill through one top-k kernel; no dense-MHA prefill path."""
+    """Sparse MLA decode and prefill through one top-k kernel; no dense-MHA prefill path.
+
+    ShardQ (vLLM 0.34, ``sparse_mla_shard_q``): under tensor parallelism, vLLM may run a long
+    prefill step's tokens sharded by token instead of by head, so that a rank's call carries
+    every rank's heads (``tensor_parallel_size * num_heads``) for its share of the tokens, with
+    the top-k rows read from ``topk_start`` on. The kernel takes any head count; the layer
+    reserves its zero rope queries and compiles its kernels for both head counts.
+    """
 
     supports_dense_mha_prefill: ClassVar[bool] = False
     supports_pcp: ClassVar[bool] = False
     supports_dcp: ClassVar[bool] = False
+    supports_shardq: ClassVar[bool] = True
     can_return_lse_for_decode: ClassVar[bool] = True
     lse_base_on_e: ClassVar[bool] = True
 
@@ -139,11 +147,17 @@ class TritonMLASparseImpl(SparseMLACommonImpl[TritonMLASparseMetadata]):
         self._zero_q_pe: torch.Tensor | None = None
         self._fp8_workspace = fp8_workspace_setting()
         self._rows_bound: int | None = None  # the current batch's (TritonMLASparseMetadata)
+        # Head counts this layer's calls carry: its own, and with ShardQ (vLLM 0.34's base sets
+        # use_shardq) every tensor-parallel rank's.
+        head_counts = [num_heads]
+        if getattr(self, "use_shardq", False):
+            head_counts.append(num_heads * get_current_vllm_config().parallel_config.tensor_parallel_size)
         if kv_cache_dtype == "fp8_ds_mla" and self.qk_rope_head_dim == 0:
-            self._zero_q_pe = _reserve_zero_q_pe(num_heads, self.topk_indices_buffer)
+            self._zero_q_pe = _reserve_zero_q_pe(max(head_counts), self.topk_indices_buffer)
         if warmup_setting() and self.topk_indices_buffer is not None:
-            _warm_up(num_heads, kv_cache_dtype, self.kv_lora_rank + self.qk_rope_head_dim,
-                     self.need_to_return_lse_for_decode, self.topk_indices_buffer)
+            for heads in head_counts:
+                _warm_up(heads, kv_cache_dtype, self.kv_lora_rank + self.qk_rope_head_dim,
+                         self.need_to_return_lse_for_decode, self.topk_indices_buffer)
 
     def forward_mqa(self, q, kv_c_and_k_pe_cache, attn_metadata, layer):
         """vLLM's ``forward_mqa``, which calls :meth:`_forward_mqa_kernel`, with the batch's
@@ -207,7 +221,11 @@ class TritonMLASparseImpl(SparseMLACommonImpl[TritonMLASparseMetadata]):
         if self._zero_q_pe is None:
             return q_nope
         # NoPE rows in the 576-wide fp8_ds_mla layout: the rope slot meets a zero query.
-        return q_nope, self._zero_q_pe[: q_nope.shape[0]]
+        tokens, heads = q_nope.shape[:2]
+        if heads > self._zero_q_pe.shape[1]:
+            raise ValueError(f"{BACKEND_NAME}: a query of {heads} heads, more than the "
+                             f"{self._zero_q_pe.shape[1]} this layer reserved zero rope queries for")
+        return q_nope, self._zero_q_pe[:tokens, :heads]
 
 
 def _check_features(alibi_slopes, sliding_window, logits_soft_cap, attn_type) -> None:

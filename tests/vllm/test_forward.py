@@ -203,11 +203,14 @@ def test_shardq_call_matches_reference(model, kv_dtype, heads, rope, model_dirs,
     """A ShardQ call (vLLM 0.34, tensor parallelism 2): the layer's impl takes ShardQ, warms up
     for its own and both ranks' heads, and attends this rank's share of the prefill tokens with
     both ranks' heads, its top-k rows read after the decodes' (``topk_start``), on the metadata
-    narrowed as vLLM's ``build_shardq_metadata`` narrows it (here by hand: that function needs a
-    process group); against the reference."""
+    narrowed by the builder as vLLM's ``build_shardq_metadata`` narrows it (that function,
+    which needs a process group, replaced by its narrowing) and keeping the batch's bound on the
+    rows it reads; against the reference."""
     import dataclasses
+    from types import SimpleNamespace
 
     from vllm.config import set_current_vllm_config
+    from vllm.model_executor.layers.attention import sparse_mla_attention
     from vllm.model_executor.layers.attention.sparse_mla_attention import SparseMLACommonMetadata
 
     from triton_sparse_mla import warmup
@@ -229,14 +232,23 @@ def test_shardq_call_matches_reference(model, kv_dtype, heads, rope, model_dirs,
     config.parallel_config.tensor_parallel_size = 1  # the builder below is a single process's
     builder = build_builder(config, layer, device=DEVICE)
     batch = build_batch([1, 2, 9, 6], [70, 129, 100, 6], num_blocks=NUM_BLOCKS, device=DEVICE)
-    metadata = builder.build(0, batch.common)
-    nd = metadata.num_decode_tokens
-    assert nd == 1 and metadata.topk_start == 0
     # This rank's tokens after the decodes (vLLM splits each request zigzag over the ranks).
     local = torch.tensor([0, 1, 2, 5, 9, 10, 14])
-    narrowed = dataclasses.replace(metadata, num_decodes=0, num_decode_tokens=0,
-                                   req_id_per_token=metadata.req_id_per_token[(local + nd).to(DEVICE)],
-                                   topk_start=nd)
+
+    def narrow(common, vllm_config, metadata, device):  # build_shardq_metadata's narrowing
+        nd = metadata.num_decode_tokens
+        ids = (local + nd).to(metadata.req_id_per_token.device)
+        return SimpleNamespace(attn_metadata=dataclasses.replace(
+            metadata, num_decodes=0, num_decode_tokens=0, req_id_per_token=metadata.req_id_per_token[ids],
+            topk_start=nd))
+
+    monkeypatch.setattr(sparse_mla_attention, "build_shardq_metadata", narrow)
+    builder.use_shardq = True
+    metadata = builder.build(0, batch.common)
+    nd = metadata.num_decode_tokens
+    narrowed = metadata.shardq.attn_metadata
+    assert nd == 1 and metadata.topk_start == 0 and narrowed.topk_start == nd
+    assert narrowed.rows_bound == metadata.rows_bound == 70 + 129 + 100 + 6
     cache_dtype = torch.uint8 if kv_dtype == "fp8_ds_mla" else torch.bfloat16
     # (fp8_ds_mla rows are 656 bytes with or without rope; a NoPE query meets the rope as zero)
     width = 576 if kv_dtype == "fp8_ds_mla" else 512 + rope

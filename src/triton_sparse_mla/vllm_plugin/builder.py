@@ -52,4 +52,9 @@ class TritonMLASparseMetadataBuilder(SparseMLACommonMetadataBuilder[TritonMLASpa
         seq_lens = common_attn_metadata.seq_lens_cpu_upper_bound
         if seq_lens is not None:
             metadata.rows_bound = int(seq_lens[: common_attn_metadata.num_reqs].sum())
+        # vLLM 0.34's ShardQ narrows a copy of the metadata to this rank's tokens inside the
+        # base's build, before the bound is known: it bounds that share of the tokens too.
+        shardq = getattr(metadata, "shardq", None)
+        if shardq is not None:
+            shardq.attn_metadata.rows_bound = metadata.rows_bound
         return metadata

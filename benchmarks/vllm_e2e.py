@@ -5,17 +5,24 @@ else shrunk, dense layers only) runs greedy decoding once per attention backend,
 fresh process, on the same seeded dummy weights. Prints per-prompt tokens and logprobs, a
 verdict, and writes everything as JSON.
 
-Needs a Hopper/Blackwell GPU, vLLM 0.33 (0.34 not run here yet) with DeepGEMM (the DSA
-indexer uses it) and this project's plugin. On the device machine:
+Needs a Hopper/Blackwell GPU (N of them with ``--tp N``), vLLM 0.33 (0.34 not run here yet)
+with DeepGEMM (the DSA indexer uses it) and this project's plugin. On the device machine:
 
     bash benchmarks/vllm_device_setup.sh python3 benchmarks/vllm_e2e.py OUT.json
 
 Usage: vllm_e2e.py OUT.json [--timeout S] [--kv-cache-dtype auto|fp8_ds_mla] [--max-tokens N]
-       [--index-topk N] [--long] [--control] [--config-only DIR]
+       [--index-topk N] [--long] [--control] [--tp N] [--shard-q on|off] [--config-only DIR]
 
 ``--long``: prompts of 300-1100 tokens (2900 in all) with 2048 tokens per engine step, so a
 prefill call has 2048 query tokens and fp8_ds_mla rows go through the workspace of distinct rows
 (``triton_sparse_mla.workspace``); the report counts the calls that took it.
+
+``--tp N``: tensor parallelism over N GPUs (8 of the model's 16 heads per rank at N=2), the
+workers forked so that this script's patches (dummy weights, the in-engine checks) reach them;
+each process writes its checks to a file the engine's process merges. ``--shard-q on|off``
+sets vLLM 0.34's ``sparse_mla_shard_q`` (default: vLLM's, on): with ``--long`` and N > 1 its
+first step (2048 prompt tokens) runs sharded by token, and the checked calls then carry all 16
+heads (the report lists the head counts seen). Not run yet (written 2026-12-05 without a GPU).
 """
 
 from __future__ import annotations
@@ -161,27 +168,35 @@ def reference_error(q, kv, indices, sm_scale, topk_length, out) -> dict:
     valid = (idx >= 0) & (idx < kv.shape[0])
     if topk_length is not None:
         valid &= torch.arange(idx.shape[1], device=idx.device)[None, :] < topk_length.long()[:, None]
+    heads = (q[0] if isinstance(q, tuple) else q).shape[1]
     rows, inverse = torch.unique(idx[valid], return_inverse=True)
     local = torch.full_like(idx, -1)
     local[valid] = inverse
     ref, _ = sparse_mla_reference(q, kv[rows], local, sm_scale)
     got = out.double().cpu()
     err = ((got - ref).norm() / ref.norm().clamp_min(1e-30)).item()
-    return dict(tokens=int(idx.shape[0]), max_valid=int(valid.sum(1).max().item()), rel_err=err)
+    return dict(tokens=int(idx.shape[0]), heads=int(heads), max_valid=int(valid.sum(1).max().item()),
+                rel_err=err)
 
 
-def _check_ours_against_reference(checks: list, workspace_calls: list) -> None:
+def _check_ours_against_reference(checks: list, workspace_calls: list, sink: str) -> None:
     """Wrap the attention call of our impl: each of the first calls is also run in float64.
-    Also count the calls that took the fp8 workspace (``workspace_calls``: their token counts)."""
+    Also count the calls that took the fp8 workspace (``workspace_calls``: their token counts).
+    Each process (the engine's, and with ``--tp`` each forked worker) also writes both lists to
+    ``sink.<pid>`` after every record, for :func:`_merge_checks`."""
     import triton_sparse_mla.vllm_plugin.impl as impl
     from triton_sparse_mla import workspace
 
     build = workspace.build
 
+    def save():
+        Path(f"{sink}.{os.getpid()}").write_text(json.dumps(dict(checks=checks, workspace_calls=workspace_calls)))
+
     def counted_build(kv, indices, *args, **kwargs):
         built = build(kv, indices, *args, **kwargs)
         if built is not None:
             workspace_calls.append(int(indices.shape[0]))
+            save()
         return built
 
     workspace.build = counted_build
@@ -192,9 +207,20 @@ def _check_ours_against_reference(checks: list, workspace_calls: list) -> None:
         if len(checks) < REFERENCE_CHECKS:
             out = res[0] if isinstance(res, tuple) else res
             checks.append(reference_error(q, kv, indices, sm_scale, kwargs.get("topk_length"), out))
+            save()
         return res
 
     impl.sparse_mla_attention = checked
+
+
+def _merge_checks(sink: str) -> tuple[list, list]:
+    """Every process's checks and workspace calls (:func:`_check_ours_against_reference`)."""
+    checks, workspace_calls = [], []
+    for path in sorted(Path(sink).parent.glob(Path(sink).name + ".*")):
+        part = json.loads(path.read_text())
+        checks += part["checks"]
+        workspace_calls += part["workspace_calls"]
+    return checks, workspace_calls
 
 
 PERTURBED = OURS + "_NUDGED"
@@ -226,14 +252,13 @@ def _perturb_ours() -> None:
 
 
 def run_worker(backend: str, model_dir: str, result: str, kv_cache_dtype: str, max_tokens: int,
-               long: bool = False) -> None:
+               long: bool = False, tp: int = 1, shard_q: str | None = None) -> None:
     from vllm import LLM, SamplingParams
 
     _patch_dummy_loader()
-    checks: list = []
-    workspace_calls: list = []
+    sink = result + ".checks"
     if backend == OURS:  # the engine runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0)
-        _check_ours_against_reference(checks, workspace_calls)
+        _check_ours_against_reference([], [], sink)
     elif backend == PERTURBED:
         _perturb_ours()
     kwargs = dict(
@@ -250,6 +275,7 @@ def run_worker(backend: str, model_dir: str, result: str, kv_cache_dtype: str, m
         max_num_seqs=4,
         gpu_memory_utilization=0.3,
         seed=0,
+        tensor_parallel_size=tp,
     )
     # Both backends take the top-k (MQA) path for every prefill. Ours has no other; FlashMLA's
     # would switch prompts no longer than index_topk to dense MHA through flash-attention,
@@ -257,6 +283,8 @@ def run_worker(backend: str, model_dir: str, result: str, kv_cache_dtype: str, m
     kwargs["attention_config"] = {"sparse_mla_force_mqa": True}
     if backend == REFERENCE:
         kwargs["attention_config"]["backend"] = REFERENCE
+    if shard_q is not None:
+        kwargs["attention_config"]["sparse_mla_shard_q"] = shard_q == "on"
     t0 = time.time()
     llm = LLM(**kwargs)
     t_init = time.time() - t0
@@ -279,6 +307,7 @@ def run_worker(backend: str, model_dir: str, result: str, kv_cache_dtype: str, m
     outs = llm.generate([{"prompt_token_ids": p} for p in prompts(lengths)], params, use_tqdm=False)
     t_gen = time.time() - t0
     knobs.runtime.jit_post_compile_hook = None
+    checks, workspace_calls = _merge_checks(sink)
     seqs = []
     for o in outs:
         c = o.outputs[0]
@@ -305,12 +334,15 @@ def run_engine(backend: str, model_dir: Path, work: Path, log_path: Path, args, 
     env = dict(os.environ)
     for k, v in ENV.items():
         env.setdefault(k, v)
+    if args.tp > 1:  # the workers inherit this script's patches only when forked
+        env.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "fork")
     # force: our backend ranks first; off: vLLM's own selection (the reference is also named explicitly)
     kernel = OURS if backend == PERTURBED else backend
     env["TRITON_SPARSE_MLA_SELECT"] = "force" if kernel == OURS else "off"
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", backend, str(model_dir), str(result),
            "--kv-cache-dtype", args.kv_cache_dtype, "--max-tokens", str(args.max_tokens)] + (
-               ["--long"] if args.long else [])
+               ["--long"] if args.long else []) + ["--tp", str(args.tp)] + (
+               ["--shard-q", args.shard_q] if args.shard_q else [])
     t0 = time.time()
     with open(log_path, "w") as log:
         try:
@@ -340,7 +372,9 @@ def run_engine(backend: str, model_dir: Path, work: Path, log_path: Path, args, 
             print("  ", ln[:300])
     if info.get("reference_checks"):
         errs = [c["rel_err"] for c in info["reference_checks"]]
-        print(f"   float64 reference, {len(errs)} attention calls in the engine: max rel err {max(errs):.2e}")
+        heads = sorted({c["heads"] for c in info["reference_checks"]})
+        print(f"   float64 reference, {len(errs)} attention calls in the engine: max rel err {max(errs):.2e}"
+              f" (heads per call: {heads})")
     if backend == OURS:
         print(f"   fp8 workspace taken by {len(info.get('workspace_calls', []))} calls "
               f"(query tokens {info.get('workspace_calls', [])[:8]})")
@@ -400,11 +434,14 @@ def main(argv=None) -> int:
     ap.add_argument("--control", action="store_true",
                     help=f"also run {PERTURBED} (ours, outputs nudged by one bf16 step) and report how far "
                          "the model alone amplifies such a difference")
+    ap.add_argument("--tp", type=int, default=1, help="tensor parallelism (GPUs)")
+    ap.add_argument("--shard-q", choices=["on", "off"],
+                    help="vLLM 0.34's sparse_mla_shard_q (default: vLLM's own, on)")
     ap.add_argument("--config-only", metavar="DIR", help="write the model config under DIR and stop")
     ap.add_argument("--worker", nargs=3, metavar=("BACKEND", "MODEL_DIR", "RESULT"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
-        run_worker(*args.worker, args.kv_cache_dtype, args.max_tokens, args.long)
+        run_worker(*args.worker, args.kv_cache_dtype, args.max_tokens, args.long, args.tp, args.shard_q)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)  # the result is written: skip engine teardown, which can hang
@@ -416,7 +453,8 @@ def main(argv=None) -> int:
         ap.error("out_json is required")
     out = Path(args.out_json)
     out.parent.mkdir(parents=True, exist_ok=True)
-    report = dict(kv_cache_dtype=args.kv_cache_dtype, max_tokens=args.max_tokens, model=MODEL,
+    report = dict(kv_cache_dtype=args.kv_cache_dtype, max_tokens=args.max_tokens, tp=args.tp,
+                  shard_q=args.shard_q, model=MODEL,
                   prompt_lengths=list(LONG_PROMPT_LENGTHS if args.long else PROMPT_LENGTHS))
     with tempfile.TemporaryDirectory(prefix="vllm_e2e_") as tmp:
         model_dir = write_model_dir(Path(tmp))

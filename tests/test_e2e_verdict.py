@@ -54,3 +54,15 @@ def test_prompt_logprob_differences_are_reported():
     a = run([5], [-4.0], [0.3], prompt_logprobs=(None, -4.0, -4.1))
     b = run([5], [-4.0], [0.3], prompt_logprobs=(None, -4.0, -4.3))
     assert e2e.compare(a, b, TOL)["max_prompt_logprob_diff"] == pytest.approx(0.2)
+
+
+def test_each_process_checks_are_merged(tmp_path):
+    """With --tp the in-engine checks run in forked workers: each process's records (written to
+    a file per pid) are merged, and files of another run's sink are not."""
+    sink = tmp_path / "TRITON_MLA_SPARSE.json.checks"
+    (tmp_path / (sink.name + ".101")).write_text('{"checks": [{"heads": 8}], "workspace_calls": [2048]}')
+    (tmp_path / (sink.name + ".102")).write_text('{"checks": [{"heads": 16}, {"heads": 8}], "workspace_calls": []}')
+    (tmp_path / "FLASHMLA_SPARSE.json.checks.103").write_text('{"checks": [{"heads": 99}], "workspace_calls": [1]}')
+    checks, workspace_calls = e2e._merge_checks(str(sink))
+    assert sorted(c["heads"] for c in checks) == [8, 8, 16] and workspace_calls == [2048]
+    assert e2e._merge_checks(str(tmp_path / "none.checks")) == ([], [])

@@ -8,7 +8,8 @@
 # TOGGLE_HEADS=64,128), with $TOGGLE_BASE set in both variants (toggle only; e.g.
 # TOGGLE_BASE=exchange_p); with $TOGGLE set, stride times that field off
 # and on at strides 656 and 768. bench (decode) and prefill benchmark the preset in $BENCH_PRESET (default all;
-# its rows are heated 2 s each since bench.HEAT_S, so one preset per call if all runs long).
+# its rows are heated 2 s each since bench.HEAT_S, so one preset per call if all runs long); prefill
+# takes its token counts from $PREFILL_TOKENS (default 4096,16384; ShardQ's shapes: 512,2048).
 # Logs and JSON go to $OUT.
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -119,6 +120,6 @@ for s in $steps; do
         rm -f "$OUT/pp-$tag.ncu-rep"
       done ;;
     bench) timeout 420 python3 -m triton_sparse_mla.cli bench --phase decode --preset ${BENCH_PRESET:-all} --json "$OUT/bench-decode.json" 2> "$OUT/bench-decode.err" | tee "$OUT/bench-decode.log" ;;
-    prefill) timeout 560 python3 -m triton_sparse_mla.cli bench --phase prefill --preset ${BENCH_PRESET:-all} --json "$OUT/bench-prefill.json" 2> "$OUT/bench-prefill.err" | tee "$OUT/bench-prefill.log" ;;
+    prefill) timeout 560 python3 -m triton_sparse_mla.cli bench --phase prefill --preset ${BENCH_PRESET:-all} --prefill-tokens ${PREFILL_TOKENS:-4096,16384} --json "$OUT/bench-prefill.json" 2> "$OUT/bench-prefill.err" | tee "$OUT/bench-prefill.log" ;;
   esac
 done

@@ -1,6 +1,7 @@
 """The benchmark's own output check: ``bench.reference_error`` compares a workload's first tokens
 with the float64 reference while reading only the cache rows they select; and the workloads
-the benchmark scripts take on their command lines (``bench.Workload.from_spec``)."""
+the benchmark scripts take on their command lines (``bench.Workload.from_spec``), and the ones
+``triton-sparse-mla bench``'s options name."""
 
 import pytest
 import torch
@@ -32,3 +33,19 @@ def test_workload_from_spec():
                       ("128,8,bf16,N=abc", "'N=abc'"), ("128,8,bf16,pingpong", "'pingpong'")):
         with pytest.raises(ValueError, match=says):
             bench.Workload.from_spec(bad)
+
+
+def test_bench_prefill_tokens_option():
+    """``bench --prefill-tokens`` sets the prefill workloads' token counts (ShardQ's T/tp
+    shapes), and a malformed list is refused by name."""
+    from triton_sparse_mla import cli
+
+    args = cli._parser().parse_args(["bench", "--phase", "prefill", "--preset", "glm5-tp1",
+                                     "--formats", "bf16", "--prefill-tokens", "512,2048"])
+    got = {(w.t, w.h, w.n_rows) for w in cli._bench_workloads(args)}
+    assert got == {(t, 64, n) for t in (512, 2048) for n in (32768, 1 << 20)}
+    default = cli._parser().parse_args(["bench", "--phase", "all", "--preset", "glm5-tp8"])
+    assert {w.t for w in cli._bench_workloads(default) if w.phase == "prefill"} == {4096, 16384}
+    for bad in ("", "512,x", "0,2048"):
+        with pytest.raises(SystemExit):
+            cli._parser().parse_args(["bench", "--prefill-tokens", bad])

@@ -26,6 +26,31 @@ def _cmd_check(args) -> int:
     return 0 if ok else 1
 
 
+def _bench_workloads(args) -> list:
+    """The workloads ``bench``'s arguments name."""
+    from . import bench
+
+    heads = bench.PRESETS[args.preset]
+    formats = tuple(args.formats.split(","))
+    workloads = []
+    if args.phase in ("decode", "all"):
+        workloads += bench.decode_workloads(heads, formats)
+    if args.phase in ("prefill", "all"):
+        workloads += bench.prefill_workloads(heads, formats, tokens=args.prefill_tokens)
+    return workloads
+
+
+def _token_counts(text: str) -> tuple:
+    """``--prefill-tokens``: comma-separated positive query-token counts."""
+    try:
+        counts = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        counts = ()
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers separated by commas, got {text!r}")
+    return counts
+
+
 def _cmd_bench(args) -> int:
     import torch
 
@@ -34,13 +59,7 @@ def _cmd_bench(args) -> int:
     if not torch.cuda.is_available():
         print("bench needs a CUDA GPU", file=sys.stderr)
         return 2
-    heads = bench.PRESETS[args.preset]
-    formats = tuple(args.formats.split(","))
-    workloads = []
-    if args.phase in ("decode", "all"):
-        workloads += bench.decode_workloads(heads, formats)
-    if args.phase in ("prefill", "all"):
-        workloads += bench.prefill_workloads(heads, formats)
+    workloads = _bench_workloads(args)
     bench.run_bench(workloads, json_path=args.json, plot_path=args.plot,
                     baseline=not args.no_baseline, torch_baseline=not args.no_torch)
     return 0
@@ -65,8 +84,7 @@ def _cmd_vllm(args) -> int:
     return 0
 
 
-def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="triton-sparse-mla", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("check", help="run the kernels on embedded problems against the float64 reference")
@@ -75,13 +93,22 @@ def main(argv=None) -> int:
     p.add_argument("--preset", choices=["all", "deepseek-v32-tp1", "deepseek-v32-tp8", "glm5-tp1", "glm5-tp8", "tp4"],
                    default="all", help="head counts: a model at a tensor-parallel size, or all")
     p.add_argument("--formats", default="bf16,fp8_ds_mla")
+    p.add_argument("--prefill-tokens", type=_token_counts, default=(4096, 16384), metavar="T,T,...",
+                   help="query tokens of the prefill workloads (default 4096,16384); vLLM 0.34's "
+                        "ShardQ runs T/tp tokens with every rank's heads: e.g. --preset glm5-tp1 "
+                        "--prefill-tokens 512,2048 beside --preset glm5-tp8")
     p.add_argument("--json", default="bench.json", help="where to write the full results")
     p.add_argument("--plot", default=None, help="also draw a roofline PNG here")
     p.add_argument("--no-baseline", action="store_true", help="skip FlashMLA")
     p.add_argument("--no-torch", action="store_true", help="skip the plain-PyTorch baseline")
     sub.add_parser("compile-check", help="compile every configuration for sm80..sm120; check shared memory")
     sub.add_parser("vllm", help="show which attention backend vLLM would select here, and why")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = _parser().parse_args(argv)
     if args.command == "check":
         _reexec_with_interpreter_if_needed(argv)
     handler = {"check": _cmd_check, "bench": _cmd_bench, "compile-check": _cmd_compile_check,

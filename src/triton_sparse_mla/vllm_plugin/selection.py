@@ -79,7 +79,8 @@ def vllm_tested(version: str) -> bool:
 
 
 def vllm_version_note(version: str) -> str:
-    """``"tested"``, or why a vLLM ``version`` outside :data:`TESTED_VLLM` may not work."""
+    """``"tested with this plugin"``, or why a vLLM ``version`` outside :data:`TESTED_VLLM` may
+    not work."""
     if vllm_tested(version):
         return "tested with this plugin"
     return (f"not tested with this plugin (tested: {', '.join(TESTED_VLLM)}); the backend uses "

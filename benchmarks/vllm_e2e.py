@@ -179,14 +179,16 @@ def reference_error(q, kv, indices, sm_scale, topk_length, out) -> dict:
                 rel_err=err)
 
 
-def _check_ours_against_reference(checks: list, workspace_calls: list, sink: str) -> None:
+def _check_ours_against_reference(sink: str) -> None:
     """Wrap the attention call of our impl: each of the first calls is also run in float64.
     Also count the calls that took the fp8 workspace (``workspace_calls``: their token counts).
-    Each process (the engine's, and with ``--tp`` each forked worker) also writes both lists to
-    ``sink.<pid>`` after every record, for :func:`_merge_checks`."""
+    Each process (the engine's, and with ``--tp`` each forked worker) writes both lists to
+    ``sink.<pid>`` after every record; :func:`_merge_checks` reads them back."""
     import triton_sparse_mla.vllm_plugin.impl as impl
     from triton_sparse_mla import workspace
 
+    checks: list = []
+    workspace_calls: list = []
     build = workspace.build
 
     def save():
@@ -258,7 +260,7 @@ def run_worker(backend: str, model_dir: str, result: str, kv_cache_dtype: str, m
     _patch_dummy_loader()
     sink = result + ".checks"
     if backend == OURS:  # the engine runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0)
-        _check_ours_against_reference([], [], sink)
+        _check_ours_against_reference(sink)
     elif backend == PERTURBED:
         _perturb_ours()
     kwargs = dict(

@@ -1,4 +1,5 @@
-"""Cache rows past 2^31 elements: every kernel forms its offsets into the cache in 64 bits.
+"""Rows past 2^31 elements: every kernel forms its offsets into the cache, q, the indices and
+the output in 64 bits.
 
 Peers shipped kernels whose row offsets (row id x row stride) were 32-bit products, which wrap
 once a cache passes 2^31 elements: 4 GiB of bf16 rows, 2 GiB of fp8_ds_mla rows (about 3.2M
@@ -9,7 +10,9 @@ reference of the small problem. The large cache has few rows far apart (a row st
 900K elements, a multiple of 16 as the Gluon kernels' copies need): the same products past
 2^31 as millions of rows at vLLM's stride, without passes over millions of rows in the
 interpreter (the workspace's upconvert pass visits every row). On a CPU it is address space
-only: no page but the written rows' is touched.
+only: no page but the written rows' is touched. The same holds for tokens: q, the indices and
+the output of a call whose last token lies past 2^31 elements of each (a 32K-token prefill with
+128 heads has 2^31 output elements).
 """
 
 import pytest
@@ -22,6 +25,33 @@ TOL = {"bf16": 2e-2, "fp8_ds_mla": 3e-2}
 LIMIT = 2**31  # elements of the cache before the first far row
 
 
+def _reserve(shape, dtype, device):
+    """``torch.empty(shape)``, or the test skipped where that much cannot be reserved (on a
+    CPU it is address space, not memory)."""
+    try:
+        return torch.empty(shape, dtype=dtype, device=device)
+    except (RuntimeError, MemoryError) as exc:
+        gib = torch.Size(shape).numel() * dtype.itemsize / 2**30
+        pytest.skip(f"cannot reserve {gib:.1f} GiB here: {exc}")
+
+
+def _tokens_apart(x, fill=0):
+    """A copy of ``x [T, ...]`` (T >= 3) whose tokens lie about ``2^31 / (T - 1)`` elements
+    apart (a multiple of 16), the last one past 2^31 elements; the rest of its storage is
+    ``fill`` on a GPU."""
+    t = x.shape[0]
+    stride = -(-LIMIT // (t - 1))
+    stride += (-stride) % 16
+    store = _reserve(((t - 1) * stride + x[0].numel(),), x.dtype, x.device)
+    if store.is_cuda:
+        store.fill_(fill)
+    inner = x[0].contiguous().stride()
+    apart = store.as_strided(x.shape, (stride, *inner))
+    apart.copy_(x)
+    assert apart.stride(0) * (t - 1) >= LIMIT
+    return apart
+
+
 def _far(prob, n):
     """``(kv, indices)``: ``prob``'s ``n`` rows at ids from ``8 n`` on, whose offsets pass 2^31
     elements, in a cache of ``9 n + 8`` rows, and its indices moved to them."""
@@ -31,11 +61,7 @@ def _far(prob, n):
     stride = -(-LIMIT // base)
     stride += (-stride) % 16
     n_far = base + n + 8
-    try:
-        store = torch.empty(n_far, stride, dtype=near.dtype, device=near.device)
-    except (RuntimeError, MemoryError) as exc:  # address space, not memory: only on odd hosts
-        pytest.skip(f"cannot reserve {n_far * stride * near.element_size() / 2**30:.1f} GiB "
-                    f"of address space here: {exc}")
+    store = _reserve((n_far, stride), near.dtype, near.device)
     if store.is_cuda:  # a stray read shows (NaN rows, NaN fp8 bytes and scales)
         store.fill_(255 if near.dtype == torch.uint8 else float("nan"))
     store[base:base + n, :width] = near
@@ -76,6 +102,23 @@ def test_far_rows_through_the_workspace(device):
                                     topk_length=prob.topk_length, attn_sink=prob.attn_sink,
                                     return_lse=True, fp8_workspace=True)
     assert_close(out, lse, ref_out, ref_lse, rtol_norm=TOL["fp8_ds_mla"])
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp8_ds_mla"])
+@pytest.mark.parametrize("h", [16, 64])
+def test_far_tokens(h, fmt, device):
+    """q, the indices and the output with their last token past 2^31 elements:
+    the planned kernel (and the split merge, where it splits) reads and writes it, and the
+    result matches the reference."""
+    prob, (ref_out, ref_lse), _ = _problem(3, h, fmt, device)
+    q = _tokens_apart(prob.q, float("nan"))
+    indices = _tokens_apart(prob.indices, -1)
+    out = _tokens_apart(torch.zeros(3, h, 512, dtype=q.dtype, device=device), float("nan"))
+    got, lse = sparse_mla_attention(q, prob.kv, indices, prob.sm_scale,
+                                    topk_length=prob.topk_length, attn_sink=prob.attn_sink,
+                                    out=out, return_lse=True)
+    assert got.data_ptr() == out.data_ptr()
+    assert_close(out, lse, ref_out, ref_lse, rtol_norm=TOL[fmt])
 
 
 _SM90 = pytest.mark.skipif(

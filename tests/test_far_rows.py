@@ -143,13 +143,16 @@ _GLUON = [
 @pytest.mark.parametrize("h, fmt, tile", _GLUON)
 def test_far_rows_each_kernel(h, fmt, tile, gluon, device):
     """Each of sm90's Gluon kernels, and its Triton tile, split and not, over rows past 2^31
-    elements of the cache."""
+    elements of the cache, with q, the indices and the output's last token past 2^31 elements
+    of each."""
     assert tile.gluon
     prob, (ref_out, ref_lse), (kv, indices) = _problem(3, h, fmt, device)
     tile = tile if gluon else tile.without_gluon()
-    q_nope, q_pe = api._split_query(prob.q)
+    q_nope, q_pe = api._split_query(_tokens_apart(prob.q, float("nan")))
+    indices = _tokens_apart(indices, -1)
+    out = _tokens_apart(torch.zeros(3, h, 512, dtype=torch.bfloat16, device=device), float("nan"))
     for splits in (1, 3):
-        out = torch.empty(3, h, 512, dtype=torch.bfloat16, device=device)
+        out.fill_(float("nan"))
         lse = torch.empty(3, h, dtype=torch.float32, device=device)
         plan = configs.LaunchPlan(tile=tile, splits=splits, fp8_cvt=1)
         compiled = api._run(q_nope, q_pe, kv, indices, prob.topk_length, prob.attn_sink,

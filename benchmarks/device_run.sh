@@ -10,6 +10,7 @@
 # and on at strides 656 and 768. bench (decode) and prefill benchmark the preset in $BENCH_PRESET (default all;
 # its rows are heated 2 s each since bench.HEAT_S, so one preset per call if all runs long); prefill
 # takes its token counts from $PREFILL_TOKENS (default 4096,16384; ShardQ's shapes: 512,2048).
+# fp8choice times ShardQ's calls (512 and 2048 tokens, 64 and 128 heads) with CHOICE_SHARDQ=1.
 # Logs and JSON go to $OUT.
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -59,7 +60,7 @@ for s in $steps; do
     mid) timeout 300 python3 benchmarks/mid_heads.py "$OUT/mid-heads.json" --rounds 4 2>&1 | tee "$OUT/mid-heads.log" | grep MID ;;
     wsparts) timeout 120 python3 benchmarks/workspace_parts.py "$OUT/workspace-parts.json" 2>&1 | tee "$OUT/workspace-parts.log" | grep PARTS ;;
     stride) timeout 240 python3 benchmarks/row_stride.py "$OUT/row-stride.json" ${TOGGLE:+--toggle $TOGGLE} 2>&1 | tee "$OUT/row-stride.log" | grep STRIDE ;;
-    fp8choice) timeout 420 python3 benchmarks/fp8_prefill_choice.py "$OUT/fp8-prefill-choice.json" ${CHOICE_HEADS:+--heads $CHOICE_HEADS} ${CHOICE_ROWS:+--rows $CHOICE_ROWS} 2>&1 | tee "$OUT/fp8-prefill-choice.log" | grep CHOICE ;;
+    fp8choice) timeout 420 python3 benchmarks/fp8_prefill_choice.py "$OUT/fp8-prefill-choice.json" ${CHOICE_HEADS:+--heads $CHOICE_HEADS} ${CHOICE_ROWS:+--rows $CHOICE_ROWS} ${CHOICE_SHARDQ:+--shardq} 2>&1 | tee "$OUT/fp8-prefill-choice.log" | grep CHOICE ;;
     residency) timeout 300 python3 benchmarks/residency.py "$OUT/residency.json" ${TOGGLE_FMT:+--fmt $TOGGLE_FMT} 2>&1 | tee "$OUT/residency.log" | grep RES ;;
     residency-toggle) timeout 300 python3 benchmarks/residency.py "$OUT/residency-toggle.json" --toggle "$TOGGLE" ${TOGGLE_FMT:+--fmt $TOGGLE_FMT} 2>&1 | tee "$OUT/residency-toggle.log" | grep RES ;;
     ncu) timeout 300 ncu --clock-control none --profile-from-start off --kernel-name regex:sparse_mla_ \

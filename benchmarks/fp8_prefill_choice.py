@@ -23,10 +23,17 @@ window with 32 and 128 heads (the reuse thresholds, workspace.MIN_REUSE_GLUON); 
 workload also reports the two paths' relative difference and the workspace's error against the
 float64 reference. ``--rows N`` keeps only the workloads over caches of N rows.
 
+``--shardq`` times instead the calls vLLM 0.34's ShardQ makes under tensor parallelism: a
+prefill step's tokens split over the ranks, every rank's heads in each call, so T=512 and
+2048 tokens with 64 and 128 heads (a 4096- or 16384-token step at TP8), over 32K rows and in
+the 64K-row window; they place ``workspace.MIN_TOKENS`` (1024, measured at 16 heads) for
+64-128 heads.
+
 Each path is heated (``bench.heat``, 1 s) before it is timed. ``--heads H[,H]`` keeps only the
 workloads with those head counts.
 
 Usage (GPU): python benchmarks/fp8_prefill_choice.py OUT.json [--heads H[,H]] [--rows N]
+[--shardq]
 """
 
 import json
@@ -40,7 +47,13 @@ from triton_sparse_mla.bench import (Caches, Workload, header, heat, make_inputs
 from triton_sparse_mla.configs import device_traits
 
 
-def workloads():
+def workloads(shardq=False):
+    if shardq:
+        for t in (512, 2048):
+            for h in (64, 128):
+                yield Workload("prefill", t, h, "fp8_ds_mla", n_rows=32768), None
+                yield Workload("prefill", t, h, "fp8_ds_mla", n_rows=1 << 20), 65536
+        return
     for n_rows in (32768, 1 << 20):
         for h in (8, 16, 32, 64, 128):
             yield Workload("prefill", 4096, h, "fp8_ds_mla", n_rows=n_rows), None
@@ -61,12 +74,12 @@ def _heated_us(fn):
     return time_us(fn, graph=False)
 
 
-def main(path, heads=None, rows=None):
+def main(path, heads=None, rows=None, shardq=False):
     caches = Caches()
     scale = 576 ** -0.5
     fp8_cvt = device_traits(torch.cuda.current_device())[2]
     records = []
-    for w, window in workloads():
+    for w, window in workloads(shardq):
         if (heads and w.h not in heads) or (rows and w.n_rows != rows):
             continue
         q, kv, idx, lengths = make_inputs(w, caches)
@@ -129,4 +142,4 @@ def main(path, heads=None, rows=None):
 if __name__ == "__main__":
     only = sys.argv[sys.argv.index("--heads") + 1] if "--heads" in sys.argv else ""
     n_rows = int(sys.argv[sys.argv.index("--rows") + 1]) if "--rows" in sys.argv else None
-    main(sys.argv[1], {int(h) for h in only.split(",") if h}, n_rows)
+    main(sys.argv[1], {int(h) for h in only.split(",") if h}, n_rows, "--shardq" in sys.argv)

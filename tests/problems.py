@@ -1,4 +1,5 @@
-"""Builders of test problems: NaN-poisoned caches, strided views, invalid-index menus."""
+"""Builders of test problems (NaN-poisoned caches, strided views, invalid-index menus), their
+comparison with the reference, and the markers and skips the GPU tests share."""
 
 from __future__ import annotations
 
@@ -11,6 +12,10 @@ from triton.runtime.errors import OutOfResources
 
 from triton_sparse_mla import configs
 from triton_sparse_mla.formats import FP8_ROW_BYTES, quantize_fp8_ds_mla
+
+SM90_ONLY = pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
+    reason="the Gluon kernels run on SM90")
 
 # Invalid row ids the kernels must skip wherever they sit in a row (N is the cache size).
 INVALID_MENU = ("-2^31", "-1", "N", "N+7", "2^31-1")

@@ -6,7 +6,7 @@ import pytest
 import torch
 import triton
 
-from problems import aligned_rows, assert_close, beyond_this_gpu_skips, make_problem
+from problems import SM90_ONLY, aligned_rows, assert_close, beyond_this_gpu_skips, make_problem
 from triton_sparse_mla import sparse_mla_attention, sparse_mla_reference
 from triton_sparse_mla import api, configs
 
@@ -121,11 +121,6 @@ GLUON_CASES = [
 ]
 
 
-_SM90_ONLY = pytest.mark.skipif(
-    not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
-    reason="the Gluon kernel runs on SM90")
-
-
 def _check_gluon(p, tile, device, q_gain=1.0, q_pad=0):
     prob = make_problem(device=device, **p)
     if q_gain != 1.0:  # the same scores from a q of another magnitude (either form of q)
@@ -151,7 +146,7 @@ def _check_gluon(p, tile, device, q_gain=1.0, q_pad=0):
 
 
 @pytest.mark.gpu
-@_SM90_ONLY
+@SM90_ONLY
 @pytest.mark.parametrize("p", GLUON_CASES)
 def test_gluon_tile(p, device):
     """sm90's 64-head tile runs the Gluon kernel (bf16/fp16 rows: the alternate-tile kernel,
@@ -182,7 +177,7 @@ def test_mid_head_counts_take_the_64_head_tile():
 
 
 @pytest.mark.gpu
-@_SM90_ONLY
+@SM90_ONLY
 @pytest.mark.parametrize("h", [20, 32])
 def test_gluon_tile_masked_heads(h, device):
     """The 64-head alternate-tile kernel over fewer heads (the table's choice for 17-32): the
@@ -194,7 +189,7 @@ def test_gluon_tile_masked_heads(h, device):
 
 
 @pytest.mark.gpu
-@_SM90_ONLY
+@SM90_ONLY
 @pytest.mark.parametrize("q_pad", [8, 1])
 def test_gluon_tile_q_strides(q_pad, device):
     """The alternate-tile kernel, whose producer copies q 16 bytes at a time, over a q whose
@@ -207,7 +202,7 @@ def test_gluon_tile_q_strides(q_pad, device):
 
 
 @pytest.mark.gpu
-@_SM90_ONLY
+@SM90_ONLY
 @pytest.mark.parametrize("p", [c for c in GLUON_CASES if c.values[0]["fmt"] == "fp8_ds_mla"])
 def test_gluon_fp8_operands(p, device):
     """sm90's fp8_ds_mla 64-head tile dequantizes into fp16 operands (``fp8_f16``, q scaled by
@@ -220,7 +215,7 @@ def test_gluon_fp8_operands(p, device):
 
 
 @pytest.mark.gpu
-@_SM90_ONLY
+@SM90_ONLY
 @pytest.mark.parametrize("extra", [{"wide_producer": False}, {"wide_producer": True},
                                    {"wide_producer": False, "fp8_f16": False}],
                          ids=["4 warps", "8 warps", "4 warps bf16 operands"])
@@ -247,7 +242,7 @@ NARROW_CASES = [
 
 
 @pytest.mark.gpu
-@_SM90_ONLY
+@SM90_ONLY
 @pytest.mark.parametrize("block_h,f16,extra", [
     (8, True, {}), (16, True, {}), (16, False, {}), (32, True, {}), (16, True, {"wide_producer": True}),
     (32, True, {"wide_producer": True}), (32, False, {"wide_producer": True})],
@@ -276,7 +271,7 @@ NARROW_PLAIN_CASES = [
 
 
 @pytest.mark.gpu
-@_SM90_ONLY
+@SM90_ONLY
 @pytest.mark.parametrize("block_h", [8, 16])
 @pytest.mark.parametrize("p", NARROW_PLAIN_CASES)
 def test_gluon_narrow_plain(p, block_h, device):

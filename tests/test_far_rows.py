@@ -18,7 +18,7 @@ the output of a call whose last token lies past 2^31 elements of each (a 32K-tok
 import pytest
 import torch
 
-from problems import assert_close, beyond_this_gpu_skips, make_problem
+from problems import SM90_ONLY, assert_close, beyond_this_gpu_skips, make_problem
 from triton_sparse_mla import api, configs, sparse_mla_attention, sparse_mla_reference
 
 TOL = {"bf16": 2e-2, "fp8_ds_mla": 3e-2}
@@ -121,10 +121,6 @@ def test_far_tokens(h, fmt, device):
     assert_close(out, lse, ref_out, ref_lse, rtol_norm=TOL[fmt])
 
 
-_SM90 = pytest.mark.skipif(
-    not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
-    reason="the Gluon kernels run on SM90")
-
 # Each Gluon kernel of sm90's tables, and the Triton tile each gives way to where Gluon does not
 # run.
 _GLUON = [
@@ -138,7 +134,7 @@ _GLUON = [
 ]
 
 
-_GLUON_RUNS = pytest.param(True, id="gluon", marks=[pytest.mark.gpu, _SM90])
+_GLUON_RUNS = pytest.param(True, id="gluon", marks=[pytest.mark.gpu, SM90_ONLY])
 
 
 @pytest.mark.parametrize("gluon", [_GLUON_RUNS, pytest.param(False, id="triton")])

@@ -47,6 +47,20 @@ def _check_tensor(name, x, *, dtype=None, dtypes=None, rank=None, device=None):
         raise ValueError(f"{name}: expected unit stride in the last dimension, got strides {x.stride()}")
 
 
+def device_traits(device: torch.device, name: str) -> tuple[str, int, int]:
+    """``(family, sm_count, fp8_cvt level)`` for tensors on ``device`` (``name``: the argument
+    an error names): a CUDA device's, or the interpreter's stand-in for CPU tensors under
+    ``TRITON_INTERPRET=1``."""
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return configs.device_traits(index)
+    if device.type == "cpu" and _interpreting():
+        _check_interpreter()
+        return "sm90", configs.INTERPRETER_SM_COUNT, 0
+    raise ValueError(
+        f"{name}: expected CUDA tensors (or CPU tensors with TRITON_INTERPRET=1), got device {device}")
+
+
 def _split_query(q):
     """Return ``(q_nope [T, H, 512], q_pe [T, H, D_PE] or None)`` as views of ``q``."""
     if isinstance(q, (tuple, list)):
@@ -198,15 +212,7 @@ def sparse_mla_attention(q, kv, indices, sm_scale, *, topk_length=None, attn_sin
             raise ValueError(f"out: expected shape {[t_count, h_count, D_V]}, got {list(out.shape)}")
     lse = torch.empty(t_count, h_count, dtype=torch.float32, device=device) if return_lse else None
 
-    if device.type == "cuda":
-        family, sm_count, fp8_cvt = configs.device_traits(device.index if device.index is not None else torch.cuda.current_device())
-    elif device.type == "cpu" and _interpreting():
-        _check_interpreter()
-        family, sm_count, fp8_cvt = "sm90", configs.INTERPRETER_SM_COUNT, 0
-    else:
-        raise ValueError(
-            f"q: expected CUDA tensors (or CPU tensors with TRITON_INTERPRET=1), got device {device}"
-        )
+    family, sm_count, fp8_cvt = device_traits(device, "q")
 
     if fp8 and t_count > 0 and indices.shape[1] > 0 and workspace.wanted(t_count, dtype,
                                                                        fp8_workspace):

@@ -2,8 +2,8 @@
 
 For each architecture family in :data:`configs.CONFIGS` and each compile target of that family,
 the main kernel is compiled (both formats, final and partial outputs, with and without rope;
-on SM90 also the Gluon kernel of tiles that name it), and so are the combine kernel and the
-fp8 prefill workspace's kernels; the shared memory each needs is compared with the family's
+on SM90 also the Gluon kernel of tiles that name it), and so are the combine kernel, the
+fp8 prefill workspace's kernels and the DSA indexer's score kernels; the shared memory each needs is compared with the family's
 limit.
 Pointer and stride arguments are hinted divisible by 16, as real launches specialise them, so
 the software pipeline (and its shared memory) is the one a real launch gets.
@@ -142,6 +142,31 @@ def _workspace_variants(cap: int):
            {"kv_ptr", "ws_ptr", "stride_kv", "stride_ws"}, 4, 1)
 
 
+def _indexer_variants(cap: int):
+    """The DSA indexer's two score kernels (triton_sparse_mla.indexer) at the models' shapes
+    (64 heads of 128, cache blocks of 64 tokens; decode with 1 and 4 rows per request)."""
+    from .indexer import flat, paged
+
+    names = _jit_fn(flat.mqa_logits_kernel).arg_names
+    types = {n: "i32" for n in names}
+    types.update(q_ptr="*fp16", k_ptr="*fp16", k_scale_ptr="*fp32", w_ptr="*fp32",
+                 starts_ptr="*i32", ends_ptr="*i32", out_ptr="*fp32")
+    k = dict(H=64, D=128, BLOCK_M=flat.BLOCK_M, BLOCK_N=flat.BLOCK_N, INTERPRET=False)
+    yield ("mqa_logits", flat.mqa_logits_kernel, types, k,
+           {n for n in names if n.endswith("_ptr") or n in ("stride_qh", "stride_kn")},
+           flat.NUM_WARPS, flat.NUM_STAGES)
+    names = _jit_fn(paged.paged_mqa_logits_kernel).arg_names
+    types = {n: "i32" for n in names}
+    types.update(q_ptr="*fp16", cache_ptr="*u8", w_ptr="*fp32", limits_ptr="*i32",
+                 table_ptr="*i32", out_ptr="*fp32")
+    for next_n in (1, 4):
+        k = dict(NEXT_N=next_n, NEXT_N_P2=next_n, H=64, BLOCK_H=64, D=128, BLOCK_SIZE=64,
+                 FP8_CVT=configs.fp8_cvt_level(divmod(cap, 10)), INTERPRET=False)
+        yield (f"paged_mqa_logits next_n={next_n}", paged.paged_mqa_logits_kernel, types, k,
+               {n for n in names if n.endswith("_ptr") or n in ("stride_cb", "stride_qh")},
+               paged.NUM_WARPS, 1)
+
+
 def check_all(families=None) -> list[dict]:
     """Compile everything; return one record per (family, target, config, variant)."""
     records = []
@@ -162,6 +187,7 @@ def check_all(families=None) -> list[dict]:
                     jobs.extend((key, v) for v in _gluon_variants(tile, kind == "fp8"))
             jobs.append(("combine", _combine_variant()))
             jobs.extend(("workspace", v) for v in _workspace_variants(cap))
+            jobs.extend(("indexer", v) for v in _indexer_variants(cap))
             for key, (label, kernel, types, constexprs, divisible, warps, stages) in jobs:
                 rec = dict(family=family, target=f"sm{cap}", config=key, variant=label,
                            num_warps=warps, num_stages=stages, limit=limit)

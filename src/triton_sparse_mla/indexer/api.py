@@ -1,0 +1,143 @@
+"""Public entry points of the indexer scores: :func:`mqa_logits` (prefill) and
+:func:`paged_mqa_logits` (decode). They compute what vLLM's DeepGEMM calls of the same names
+compute, on every GPU Triton supports (DeepGEMM has no kernels below SM90 but SM120's)."""
+
+from __future__ import annotations
+
+from numbers import Integral
+
+import torch
+
+from ..api import _check_tensor, _interpreting, device_traits
+from .flat import launch_mqa_logits
+from .paged import launch_paged_mqa_logits
+from .reference import row_limits
+
+_FP8 = torch.float8_e4m3fn
+
+
+def _check_width(width) -> int:
+    if isinstance(width, bool) or not isinstance(width, Integral) or width < 0:
+        raise TypeError(f"width: expected an int >= 0, got {width!r}")
+    return int(width)
+
+
+def _check_head_dim(name, d):
+    if d < 16 or d & (d - 1):
+        raise ValueError(f"{name}: expected a head dimension that is a power of two >= 16, got {d}")
+
+
+def _output(out, shape, device):
+    if out is None:
+        return torch.empty(shape, dtype=torch.float32, device=device)
+    _check_tensor("out", out, dtype=torch.float32, rank=2, device=device)
+    if tuple(out.shape) != tuple(shape):
+        raise ValueError(f"out: expected shape {list(shape)}, got {list(out.shape)}")
+    return out
+
+
+def mqa_logits(q, k, k_scale, weights, row_starts, row_ends, width, *, out=None):
+    """Indexer logits of ``M`` query rows, each over its own range of one key array.
+
+    ``out[i, c] = k_scale[n] * sum_h weights[i, h] * relu(<q[i, h], k[n]>)`` with
+    ``n = row_starts[i] + c``, for ``c < row_ends[i] - row_starts[i]``; the columns after are not
+    written. (Float64 specification: :func:`~.reference.mqa_logits_reference`.)
+
+    Args:
+        q: ``[M, H, D]`` float8_e4m3fn, ``D`` a power of two (128 in the models).
+        k: ``[N, D]`` float8_e4m3fn; ``k_scale``: ``[N]`` float32, the keys' scales.
+        weights: ``[M, H]`` float32 (the query scale and softmax scale folded in).
+        row_starts, row_ends: ``[M]`` int32, ``0 <= start <= end <= N`` (not checked on the
+            device: keys at or past ``N`` are neither read nor written).
+        width: the output's columns (vLLM: ``max_seqlen_k``); a longer range writes its first
+            ``width`` columns only.
+        out: optional ``[M, width]`` float32 to write into.
+
+    Returns:
+        ``out``, ``[M, width]`` float32.
+    """
+    _check_tensor("q", q, dtype=_FP8, rank=3)
+    device = q.device
+    m_rows, n_heads, d = q.shape
+    _check_head_dim("q", d)
+    _check_tensor("k", k, dtype=_FP8, rank=2, device=device)
+    if k.shape[1] != d:
+        raise ValueError(f"k: expected rows of D = {d} values (q's width), got {k.shape[1]}")
+    _check_tensor("k_scale", k_scale, dtype=torch.float32, rank=1, device=device)
+    if k_scale.shape[0] != k.shape[0]:
+        raise ValueError(f"k_scale: expected shape [{k.shape[0]}] (k's rows), got {list(k_scale.shape)}")
+    _check_tensor("weights", weights, dtype=torch.float32, rank=2, device=device)
+    if tuple(weights.shape) != (m_rows, n_heads):
+        raise ValueError(f"weights: expected shape {[m_rows, n_heads]}, got {list(weights.shape)}")
+    for name, x in (("row_starts", row_starts), ("row_ends", row_ends)):
+        _check_tensor(name, x, dtype=torch.int32, rank=1, device=device)
+        if x.shape[0] != m_rows:
+            raise ValueError(f"{name}: expected shape [{m_rows}] (q's rows), got {list(x.shape)}")
+    width = _check_width(width)
+    out = _output(out, (m_rows, width), device)
+    _, sm_count, _ = device_traits(device, "q")
+    return launch_mqa_logits(q.to(torch.float16), k.to(torch.float16), k_scale, weights, row_starts,
+                             row_ends, out, sm_count=sm_count, interpret=_interpreting())
+
+
+def paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, width, *, out=None):
+    """Indexer logits of decode query rows over their request's paged indexer K cache.
+
+    Row ``r = b * next_n + j`` (request ``b``, its ``j``-th new token) scores the request's
+    cache positions ``p`` below its limit (``context_lens[b, j]`` for a 2-D ``context_lens``;
+    ``context_lens[b] - next_n + j + 1`` for a 1-D one)::
+
+        out[r, p] = scale(p) * sum_h weights[r, h] * relu(<q[b, j, h], key(p)>)
+
+    where ``key(p)`` and ``scale(p)`` are position ``p % block_size`` of cache block
+    ``block_tables[b, p // block_size]`` (:mod:`.cache_layout`). Positions at or past the limit
+    (or ``width``) are not written. (Float64 specification:
+    :func:`~.reference.paged_mqa_logits_reference`.)
+
+    Args:
+        q: ``[B, next_n, H, D]`` float8_e4m3fn, ``D`` a power of two.
+        kv_cache: ``[num_blocks, block_size, 1, D + 4]`` uint8, each block contiguous,
+            ``block_size`` a power of two >= 16.
+        weights: ``[B * next_n, H]`` float32.
+        context_lens: ``[B]`` or ``[B, next_n]`` int32.
+        block_tables: ``[B, max_blocks]`` int32; only the blocks below a request's largest
+            limit are read.
+        width: the output's columns (vLLM's ``max_model_len``).
+        out: optional ``[B * next_n, width]`` float32 to write into.
+
+    Returns:
+        ``out``, ``[B * next_n, width]`` float32.
+    """
+    _check_tensor("q", q, dtype=_FP8, rank=4)
+    device = q.device
+    batch, next_n, n_heads, d = q.shape
+    _check_head_dim("q", d)
+    _check_tensor("kv_cache", kv_cache, dtype=torch.uint8, rank=4, device=device)
+    n_blocks, block_size, one, d4 = kv_cache.shape
+    if one != 1 or d4 != d + 4:
+        raise ValueError(f"kv_cache: expected shape [num_blocks, block_size, 1, {d + 4}] (D = {d} "
+                         f"from q), got {list(kv_cache.shape)}")
+    if block_size < 16 or block_size & (block_size - 1):
+        raise ValueError(f"kv_cache: expected a block_size that is a power of two >= 16, got {block_size}")
+    if n_blocks > 0 and (kv_cache.stride(1) != d4 or kv_cache.stride(0) % 4 or kv_cache.data_ptr() % 4):
+        raise ValueError(f"kv_cache: expected contiguous blocks at 4-byte aligned addresses, got "
+                         f"strides {kv_cache.stride()}")
+    _check_tensor("weights", weights, dtype=torch.float32, rank=2, device=device)
+    if tuple(weights.shape) != (batch * next_n, n_heads):
+        raise ValueError(f"weights: expected shape {[batch * next_n, n_heads]}, got {list(weights.shape)}")
+    if not isinstance(context_lens, torch.Tensor) or context_lens.dim() not in (1, 2):
+        raise ValueError(f"context_lens: expected a [B] or [B, next_n] int32 tensor, got {context_lens!r}")
+    _check_tensor("context_lens", context_lens, dtype=torch.int32, device=device)
+    if context_lens.shape[0] != batch or (context_lens.dim() == 2 and context_lens.shape[1] != next_n):
+        raise ValueError(f"context_lens: expected shape [{batch}] or [{batch}, {next_n}], got "
+                         f"{list(context_lens.shape)}")
+    _check_tensor("block_tables", block_tables, dtype=torch.int32, rank=2, device=device)
+    if block_tables.shape[0] != batch:
+        raise ValueError(f"block_tables: expected {batch} rows (q's requests), got {block_tables.shape[0]}")
+    width = _check_width(width)
+    out = _output(out, (batch * next_n, width), device)
+    _, sm_count, fp8_cvt = device_traits(device, "q")
+    limits = row_limits(context_lens, next_n).to(torch.int32)
+    return launch_paged_mqa_logits(q.to(torch.float16), kv_cache, weights, limits, block_tables,
+                                   out, sm_count=sm_count, fp8_cvt=fp8_cvt,
+                                   interpret=_interpreting())

@@ -1,0 +1,83 @@
+"""Indexer logits of prefill rows over a contiguous key range (vLLM's ``fp8_mqa_logits``).
+
+Query row ``i`` sees keys ``[row_starts[i], row_ends[i])`` of one gathered ``k [N, D]``; its
+logits are stored from column 0 (``out[i, n - row_starts[i]]``). In a prefill chunk neighbouring
+rows belong to the same sequence, so their ranges nearly coincide: a program takes ``BLOCK_M``
+rows, walks the union of their ranges ``BLOCK_N`` keys at a time, and for each key tile runs one
+``[BLOCK_M, D] x [D, BLOCK_N]`` product per head, summing ``weights * relu(.)`` over the heads
+before one masked store.
+
+Operands are fp16: every float8_e4m3fn value is an fp16 value, so the products are exact and
+accumulate in fp32, on every architecture (SM80/86 have no fp8 conversion in hardware). The
+launcher converts q and k once (``3 (M H + N) D`` bytes against ``2 M N H D`` FLOPs).
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from ..hostmath import cdiv
+from ..kernels.common import LAUNCH_OPTIONS, mma
+
+BLOCK_M = 64
+BLOCK_N = 64
+NUM_WARPS = 4
+NUM_STAGES = 2
+
+
+@triton.jit(do_not_specialize=["n_rows", "n_keys", "width", "stride_qm", "stride_wm", "stride_om"])
+def mqa_logits_kernel(
+    q_ptr, k_ptr, k_scale_ptr, w_ptr, starts_ptr, ends_ptr, out_ptr,
+    n_rows, n_keys, width,
+    stride_qm, stride_qh, stride_kn, stride_wm, stride_wh, stride_om,
+    H: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    INTERPRET: tl.constexpr,
+):
+    i_m = tl.program_id(0)
+    i_n = tl.program_id(1)
+    n_programs = tl.num_programs(1)
+    o_m = i_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    m_m = o_m < n_rows
+    o_d = tl.arange(0, D)
+    b_lo = tl.load(starts_ptr + o_m, mask=m_m, other=n_keys)  # [BLOCK_M]
+    b_hi = tl.load(ends_ptr + o_m, mask=m_m, other=0)
+    b_hi = tl.minimum(tl.minimum(b_hi, n_keys), b_lo + width)
+    lo = tl.min(b_lo, axis=0)
+    hi = tl.max(b_hi, axis=0)
+    p_q = q_ptr + o_m.to(tl.int64)[:, None] * stride_qm + o_d[None, :]
+    p_w = w_ptr + o_m.to(tl.int64) * stride_wm
+    p_out = out_ptr + o_m.to(tl.int64)[:, None] * stride_om
+    for n0 in range(lo + i_n * BLOCK_N, hi, n_programs * BLOCK_N):
+        o_n = n0 + tl.arange(0, BLOCK_N)
+        m_n = o_n < hi
+        b_k = tl.load(k_ptr + o_n.to(tl.int64)[:, None] * stride_kn + o_d[None, :],
+                      mask=m_n[:, None], other=0.0)  # [BLOCK_N, D]
+        b_acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        for h in range(H):
+            b_q = tl.load(p_q + h * stride_qh, mask=m_m[:, None], other=0.0)  # [BLOCK_M, D]
+            b_w = tl.load(p_w + h * stride_wh, mask=m_m, other=0.0)
+            b_s = mma(b_q, tl.trans(b_k), INTERPRET)  # [BLOCK_M, BLOCK_N]
+            b_acc += tl.maximum(b_s, 0.0) * b_w[:, None]
+        b_acc *= tl.load(k_scale_ptr + o_n, mask=m_n, other=0.0)[None, :]
+        m_out = (m_m[:, None] & (o_n[None, :] >= b_lo[:, None]) & (o_n[None, :] < b_hi[:, None]))
+        tl.store(p_out + (o_n[None, :] - b_lo[:, None]), b_acc, mask=m_out)
+
+
+def launch_mqa_logits(q16, k16, k_scale, weights, row_starts, row_ends, out, *, sm_count, interpret):
+    """Run :func:`mqa_logits_kernel`: ``q16 [M, H, D]`` and ``k16 [N, D]`` fp16, ``k_scale [N]``
+    and ``weights [M, H]`` fp32, ``row_starts``/``row_ends`` ``[M]`` int32, into ``out [M, W]``
+    fp32. The key axis is split over enough programs to give each SM about two."""
+    n_rows, n_heads, d = q16.shape
+    if n_rows == 0 or out.shape[1] == 0:
+        return out
+    row_blocks = cdiv(n_rows, BLOCK_M)
+    key_programs = max(1, min(cdiv(out.shape[1], BLOCK_N), cdiv(2 * sm_count, row_blocks)))
+    mqa_logits_kernel[(row_blocks, key_programs)](
+        q16, k16, k_scale, weights, row_starts, row_ends, out,
+        n_rows, k16.shape[0], out.shape[1],
+        q16.stride(0), q16.stride(1), k16.stride(0), weights.stride(0), weights.stride(1),
+        out.stride(0),
+        H=n_heads, D=d, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, INTERPRET=interpret,
+        num_warps=NUM_WARPS, num_stages=NUM_STAGES, **LAUNCH_OPTIONS,
+    )
+    return out

@@ -149,19 +149,20 @@ def _indexer_variants(cap: int):
 
     names = _jit_fn(flat.mqa_logits_kernel).arg_names
     types = {n: "i32" for n in names}
-    types.update(q_ptr="*fp16", k_ptr="*fp16", k_scale_ptr="*fp32", w_ptr="*fp32",
+    types.update(q_ptr="*u8", k_ptr="*u8", k_scale_ptr="*fp32", w_ptr="*fp32",
                  starts_ptr="*i32", ends_ptr="*i32", out_ptr="*fp32")
-    k = dict(H=64, D=128, BLOCK_M=flat.BLOCK_M, BLOCK_N=flat.BLOCK_N, INTERPRET=False)
+    cvt = configs.fp8_cvt_level(divmod(cap, 10))
+    k = dict(H=64, D=128, BLOCK_M=flat.BLOCK_M, BLOCK_N=flat.BLOCK_N, FP8_CVT=cvt, INTERPRET=False)
     yield ("mqa_logits", flat.mqa_logits_kernel, types, k,
            {n for n in names if n.endswith("_ptr") or n in ("stride_qh", "stride_kn")},
            flat.NUM_WARPS, flat.NUM_STAGES)
     names = _jit_fn(paged.paged_mqa_logits_kernel).arg_names
     types = {n: "i32" for n in names}
-    types.update(q_ptr="*fp16", cache_ptr="*u8", w_ptr="*fp32", limits_ptr="*i32",
+    types.update(q_ptr="*u8", cache_ptr="*u8", w_ptr="*fp32", limits_ptr="*i32",
                  table_ptr="*i32", out_ptr="*fp32")
     for next_n in (1, 4):
         k = dict(NEXT_N=next_n, NEXT_N_P2=next_n, H=64, BLOCK_H=64, D=128, BLOCK_SIZE=64,
-                 FP8_CVT=configs.fp8_cvt_level(divmod(cap, 10)), INTERPRET=False)
+                 FP8_CVT=cvt, INTERPRET=False)
         yield (f"paged_mqa_logits next_n={next_n}", paged.paged_mqa_logits_kernel, types, k,
                {n for n in names if n.endswith("_ptr") or n in ("stride_cb", "stride_qh")},
                paged.NUM_WARPS, 1)

@@ -75,9 +75,10 @@ def mqa_logits(q, k, k_scale, weights, row_starts, row_ends, width, *, out=None)
             raise ValueError(f"{name}: expected shape [{m_rows}] (q's rows), got {list(x.shape)}")
     width = _check_width(width)
     out = _output(out, (m_rows, width), device)
-    _, sm_count, _ = device_traits(device, "q")
-    return launch_mqa_logits(q.to(torch.float16), k.to(torch.float16), k_scale, weights, row_starts,
-                             row_ends, out, sm_count=sm_count, interpret=_interpreting())
+    _, sm_count, fp8_cvt = device_traits(device, "q")
+    return launch_mqa_logits(q.view(torch.uint8), k.view(torch.uint8), k_scale, weights, row_starts,
+                             row_ends, out, sm_count=sm_count, fp8_cvt=fp8_cvt,
+                             interpret=_interpreting())
 
 
 def paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, width, *, out=None):
@@ -138,6 +139,6 @@ def paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, width, *,
     out = _output(out, (batch * next_n, width), device)
     _, sm_count, fp8_cvt = device_traits(device, "q")
     limits = row_limits(context_lens, next_n).to(torch.int32)
-    return launch_paged_mqa_logits(q.to(torch.float16), kv_cache, weights, limits, block_tables,
+    return launch_paged_mqa_logits(q.view(torch.uint8), kv_cache, weights, limits, block_tables,
                                    out, sm_count=sm_count, fp8_cvt=fp8_cvt,
                                    interpret=_interpreting())

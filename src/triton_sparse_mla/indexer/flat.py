@@ -7,9 +7,11 @@ rows, walks the union of their ranges ``BLOCK_N`` keys at a time, and for each k
 ``[BLOCK_M, D] x [D, BLOCK_N]`` product per head, summing ``weights * relu(.)`` over the heads
 before one masked store.
 
-Operands are fp16: every float8_e4m3fn value is an fp16 value, so the products are exact and
-accumulate in fp32, on every architecture (SM80/86 have no fp8 conversion in hardware). The
-launcher converts q and k once (``3 (M H + N) D`` bytes against ``2 M N H D`` FLOPs).
+q and k are read as float8_e4m3fn bytes and converted to fp16 where they are loaded (every
+e4m3 value is an fp16 value, so the products are exact and accumulate in fp32): by the hardware
+on SM89 and newer, by integer decoding on SM80/86 (kernels/common.e4m3_to_f16). A key tile is
+converted once for all heads; a query tile once per key tile. No workspace: vLLM's memory
+profile does not count one.
 """
 
 import torch
@@ -17,7 +19,7 @@ import triton
 import triton.language as tl
 
 from ..hostmath import cdiv
-from ..kernels.common import LAUNCH_OPTIONS, mma
+from ..kernels.common import LAUNCH_OPTIONS, e4m3_to_f16, mma
 
 BLOCK_M = 64
 BLOCK_N = 64
@@ -31,7 +33,7 @@ def mqa_logits_kernel(
     n_rows, n_keys, width,
     stride_qm, stride_qh, stride_kn, stride_wm, stride_wh, stride_om,
     H: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    INTERPRET: tl.constexpr,
+    FP8_CVT: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     i_m = tl.program_id(0)
     i_n = tl.program_id(1)
@@ -50,11 +52,12 @@ def mqa_logits_kernel(
     for n0 in range(lo + i_n * BLOCK_N, hi, n_programs * BLOCK_N):
         o_n = n0 + tl.arange(0, BLOCK_N)
         m_n = o_n < hi
-        b_k = tl.load(k_ptr + o_n.to(tl.int64)[:, None] * stride_kn + o_d[None, :],
-                      mask=m_n[:, None], other=0.0)  # [BLOCK_N, D]
+        b_k = e4m3_to_f16(tl.load(k_ptr + o_n.to(tl.int64)[:, None] * stride_kn + o_d[None, :],
+                                  mask=m_n[:, None], other=0), FP8_CVT)  # [BLOCK_N, D]
         b_acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         for h in range(H):
-            b_q = tl.load(p_q + h * stride_qh, mask=m_m[:, None], other=0.0)  # [BLOCK_M, D]
+            b_q = e4m3_to_f16(tl.load(p_q + h * stride_qh, mask=m_m[:, None], other=0),
+                              FP8_CVT)  # [BLOCK_M, D]
             b_w = tl.load(p_w + h * stride_wh, mask=m_m, other=0.0)
             b_s = mma(b_q, tl.trans(b_k), INTERPRET)  # [BLOCK_M, BLOCK_N]
             b_acc += tl.maximum(b_s, 0.0) * b_w[:, None]
@@ -63,21 +66,23 @@ def mqa_logits_kernel(
         tl.store(p_out + (o_n[None, :] - b_lo[:, None]), b_acc, mask=m_out)
 
 
-def launch_mqa_logits(q16, k16, k_scale, weights, row_starts, row_ends, out, *, sm_count, interpret):
-    """Run :func:`mqa_logits_kernel`: ``q16 [M, H, D]`` and ``k16 [N, D]`` fp16, ``k_scale [N]``
-    and ``weights [M, H]`` fp32, ``row_starts``/``row_ends`` ``[M]`` int32, into ``out [M, W]``
-    fp32. The key axis is split over enough programs to give each SM about two."""
-    n_rows, n_heads, d = q16.shape
+def launch_mqa_logits(q8, k8, k_scale, weights, row_starts, row_ends, out, *, sm_count, fp8_cvt,
+                      interpret):
+    """Run :func:`mqa_logits_kernel`: ``q8 [M, H, D]`` and ``k8 [N, D]`` float8_e4m3fn bytes
+    (uint8), ``k_scale [N]`` and ``weights [M, H]`` fp32, ``row_starts``/``row_ends`` ``[M]``
+    int32, into ``out [M, W]`` fp32. The key axis is split over enough programs to give each SM
+    about two."""
+    n_rows, n_heads, d = q8.shape
     if n_rows == 0 or out.shape[1] == 0:
         return out
     row_blocks = cdiv(n_rows, BLOCK_M)
     key_programs = max(1, min(cdiv(out.shape[1], BLOCK_N), cdiv(2 * sm_count, row_blocks)))
     mqa_logits_kernel[(row_blocks, key_programs)](
-        q16, k16, k_scale, weights, row_starts, row_ends, out,
-        n_rows, k16.shape[0], out.shape[1],
-        q16.stride(0), q16.stride(1), k16.stride(0), weights.stride(0), weights.stride(1),
+        q8, k8, k_scale, weights, row_starts, row_ends, out,
+        n_rows, k8.shape[0], out.shape[1],
+        q8.stride(0), q8.stride(1), k8.stride(0), weights.stride(0), weights.stride(1),
         out.stride(0),
-        H=n_heads, D=d, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, INTERPRET=interpret,
+        H=n_heads, D=d, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, FP8_CVT=fp8_cvt, INTERPRET=interpret,
         num_warps=NUM_WARPS, num_stages=NUM_STAGES, **LAUNCH_OPTIONS,
     )
     return out

@@ -4,9 +4,9 @@
 A request has ``NEXT_N`` query rows (its new token and its speculative drafts), each seeing the
 request's first ``limit`` cache positions. A program takes one request and every
 ``n_programs``-th cache block of it: it reads the block's ``block_size x D`` fp8 values and fp32
-scales (:mod:`.cache_layout`) once, converts them to fp16 (exactly), and for each of the
-request's rows runs one ``[H, D] x [D, block_size]`` product, summing ``weights * relu(.)`` over
-the heads. The grid depends on the batch size and the SM count only, so CUDA graphs stay valid;
+scales (:mod:`.cache_layout`) once, converts them to fp16 (exactly, as :mod:`.flat` does), and
+for each of the request's rows runs one ``[H, D] x [D, block_size]`` product, summing
+``weights * relu(.)`` over the heads. The grid depends on the batch size and the SM count only, so CUDA graphs stay valid;
 positions at or past a row's limit are not written.
 """
 
@@ -48,8 +48,8 @@ def paged_mqa_logits_kernel(
         for j in tl.static_range(NEXT_N):
             r = i_b.to(tl.int64) * NEXT_N + j
             p_q = q_ptr + i_b.to(tl.int64) * stride_qb + j * stride_qn
-            b_q = tl.load(p_q + o_h[:, None] * stride_qh + o_d[None, :],
-                          mask=m_h[:, None], other=0.0)  # [BLOCK_H, D]
+            b_q = e4m3_to_f16(tl.load(p_q + o_h[:, None] * stride_qh + o_d[None, :],
+                                      mask=m_h[:, None], other=0), FP8_CVT)  # [BLOCK_H, D]
             b_w = tl.load(w_ptr + r * stride_wr + o_h * stride_wh, mask=m_h, other=0.0)
             b_s = mma(b_q, tl.trans(b_k), INTERPRET)  # [BLOCK_H, BLOCK_SIZE]
             b_l = tl.sum(tl.maximum(b_s, 0.0) * b_w[:, None], axis=0) * b_scale
@@ -57,22 +57,23 @@ def paged_mqa_logits_kernel(
             tl.store(out_ptr + r * stride_om + o_p, b_l, mask=o_p < limit)
 
 
-def launch_paged_mqa_logits(q16, kv_cache, weights, limits, block_tables, out, *, sm_count,
+def launch_paged_mqa_logits(q8, kv_cache, weights, limits, block_tables, out, *, sm_count,
                             fp8_cvt, interpret):
-    """Run :func:`paged_mqa_logits_kernel`: ``q16 [B, NEXT_N, H, D]`` fp16, ``kv_cache`` uint8
+    """Run :func:`paged_mqa_logits_kernel`: ``q8 [B, NEXT_N, H, D]`` float8_e4m3fn bytes (uint8),
+    ``kv_cache`` uint8
     ``[num_blocks, block_size, 1, D + 4]``, ``weights [B * NEXT_N, H]`` fp32, ``limits
     [B * NEXT_N]`` int32, ``block_tables [B, max_blocks]`` int32, into ``out [B * NEXT_N, W]``
     fp32. Each request's blocks are spread over enough programs to give each SM about two."""
-    batch, next_n, n_heads, d = q16.shape
+    batch, next_n, n_heads, d = q8.shape
     block_size = kv_cache.shape[1]
     n_blocks_max = min(block_tables.shape[1], cdiv(out.shape[1], block_size))
     if batch == 0 or n_blocks_max == 0:
         return out
     programs = max(1, min(n_blocks_max, cdiv(2 * sm_count, batch)))
     paged_mqa_logits_kernel[(batch, programs)](
-        q16, kv_cache, weights, limits, block_tables, out,
-        n_blocks_max, out.shape[1], kv_cache.stride(0), block_tables.stride(0), q16.stride(0),
-        q16.stride(1), q16.stride(2), weights.stride(0), weights.stride(1), out.stride(0),
+        q8, kv_cache, weights, limits, block_tables, out,
+        n_blocks_max, out.shape[1], kv_cache.stride(0), block_tables.stride(0), q8.stride(0),
+        q8.stride(1), q8.stride(2), weights.stride(0), weights.stride(1), out.stride(0),
         NEXT_N=next_n, NEXT_N_P2=next_power_of_2(next_n), H=n_heads, BLOCK_H=max(16, next_power_of_2(n_heads)), D=d,
         BLOCK_SIZE=block_size, FP8_CVT=fp8_cvt, INTERPRET=interpret,
         num_warps=NUM_WARPS, **LAUNCH_OPTIONS,

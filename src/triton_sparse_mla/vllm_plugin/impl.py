@@ -20,6 +20,7 @@ from vllm.v1.attention.backends.mla.sparse_utils import flat_kv_row_view
 
 from triton_sparse_mla import sparse_mla_attention, warmup
 
+from . import indexer_fallback
 from .backend import KV_LORA_RANK, ROPE_DIM, TritonMLASparseBackend
 from .builder import TritonMLASparseMetadata
 from .selection import BACKEND_NAME
@@ -154,6 +155,7 @@ class TritonMLASparseImpl(SparseMLACommonImpl[TritonMLASparseMetadata]):
             head_counts.append(num_heads * get_current_vllm_config().parallel_config.tensor_parallel_size)
         if kv_cache_dtype == "fp8_ds_mla" and self.qk_rope_head_dim == 0:
             self._zero_q_pe = _reserve_zero_q_pe(max(head_counts), self.topk_indices_buffer)
+        _serve_indexer(self.topk_indices_buffer)
         if warmup_setting() and self.topk_indices_buffer is not None:
             for heads in head_counts:
                 _warm_up(heads, kv_cache_dtype, self.kv_lora_rank + self.qk_rope_head_dim,
@@ -226,6 +228,14 @@ class TritonMLASparseImpl(SparseMLACommonImpl[TritonMLASparseMetadata]):
             raise ValueError(f"{BACKEND_NAME}: a query of {heads} heads, more than the "
                              f"{self._zero_q_pe.shape[1]} this layer reserved zero rope queries for")
         return q_nope, self._zero_q_pe[:tokens, :heads]
+
+
+def _serve_indexer(topk_indices_buffer: torch.Tensor | None) -> None:
+    """On a GPU DeepGEMM has no kernels for, the model's DSA indexer scores with ours
+    (:mod:`.indexer_fallback`); this backend is the only sparse MLA one there, so every such
+    model builds its layers here."""
+    if topk_indices_buffer is not None and topk_indices_buffer.device.type == "cuda":
+        indexer_fallback.install(torch.cuda.get_device_capability(topk_indices_buffer.device))
 
 
 def _check_features(alibi_slopes, sliding_window, logits_soft_cap, attn_type) -> None:

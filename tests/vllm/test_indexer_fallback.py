@@ -1,0 +1,132 @@
+"""The DSA indexer's DeepGEMM calls, served by triton_sparse_mla.indexer where DeepGEMM has no
+kernels: installed on SM8x only, and reached through vLLM's own wrappers
+(``vllm.utils.deep_gemm``) with the arguments its indexer passes, matching the float64
+specification."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+
+pytest.importorskip("vllm.plugins")  # not just "vllm": tests/vllm itself is a namespace package
+
+from triton_sparse_mla.indexer import (  # noqa: E402
+    mqa_logits_reference, pack_indexer_k_cache, paged_mqa_logits_reference)
+from triton_sparse_mla.vllm_plugin import indexer_fallback  # noqa: E402
+
+D = 128
+
+
+@pytest.fixture
+def deep_gemm(monkeypatch):
+    """vLLM's ``vllm.utils.deep_gemm`` with the three globals restored after the test."""
+    dg = pytest.importorskip("vllm.utils.deep_gemm")
+    for name in indexer_fallback.IMPL_GLOBALS:
+        monkeypatch.setattr(dg, name, getattr(dg, name))
+    return dg
+
+
+def _ours(dg):
+    return [getattr(dg, name) for name in indexer_fallback.IMPL_GLOBALS] == [
+        indexer_fallback._mqa_logits_impl, indexer_fallback._paged_mqa_logits_impl,
+        indexer_fallback._paged_mqa_logits_metadata_impl]
+
+
+@pytest.mark.parametrize("capability, environ, served", [
+    ((8, 0), {}, True),
+    ((8, 6), {}, True),
+    ((8, 9), {}, True),
+    ((8, 9), {"TRITON_SPARSE_MLA_INDEXER": "off"}, False),
+    ((9, 0), {}, False),
+    ((10, 0), {}, False),
+    ((12, 0), {}, False),
+])
+def test_installed_where_deepgemm_has_no_kernels(deep_gemm, capability, environ, served):
+    sentinel = object()
+    for name in indexer_fallback.IMPL_GLOBALS:
+        setattr(deep_gemm, name, None)
+    deep_gemm._fp8_fp4_mqa_logits_impl = sentinel if not served else None
+    assert indexer_fallback.install(capability, environ) is served
+    assert _ours(deep_gemm) is served
+    assert indexer_fallback.install(capability, environ) is served  # idempotent
+    if not served:
+        assert deep_gemm._fp8_fp4_mqa_logits_impl is sentinel
+
+
+def test_bad_setting_is_named():
+    with pytest.raises(ValueError, match="TRITON_SPARSE_MLA_INDEXER: expected 'auto' or 'off'"):
+        indexer_fallback.install((8, 9), {"TRITON_SPARSE_MLA_INDEXER": "yes"})
+
+
+def _fp8(g, *shape):
+    return (torch.randn(*shape, generator=g) * 2).to(torch.float8_e4m3fn)
+
+
+def test_prefill_through_vllms_wrapper(deep_gemm):
+    """``fp8_fp4_mqa_logits((q, None), (k, k_scale), weights, ks, ke, max_seqlen_k)``: causal
+    rows of two requests in one gathered key buffer, compressed logits."""
+    assert indexer_fallback.install((8, 9), {})
+    g = torch.Generator().manual_seed(0)
+    lens = (19, 44)
+    ks = torch.tensor([0] * lens[0] + [lens[0]] * lens[1], dtype=torch.int32)
+    ke = torch.tensor([p + 1 for p in range(lens[0])] + [lens[0] + p + 1 for p in range(lens[1])],
+                      dtype=torch.int32)
+    m_rows, n_keys, heads, width = len(ks), sum(lens), 16, max(lens)
+    q, k = _fp8(g, m_rows, heads, D), _fp8(g, n_keys, D)
+    # the scales as vLLM's gather leaves them: [N, 4] bytes viewed as fp32, squeezed
+    k_scale = (torch.rand(n_keys, 1, generator=g) + 0.1).view(torch.uint8).view(torch.float32).squeeze(-1)
+    weights = torch.randn(m_rows, heads, generator=g)
+    got = deep_gemm.fp8_fp4_mqa_logits((q, None), (k, k_scale), weights, ks, ke, width)
+    ref = mqa_logits_reference(q, k, k_scale, weights, ks, ke, width)
+    valid = torch.isfinite(ref)
+    assert got.shape == (m_rows, width) and got.dtype == torch.float32
+    assert torch.allclose(got.double()[valid], ref[valid], rtol=1e-5, atol=1e-3)
+    if "logits_dtype" in inspect.signature(deep_gemm.fp8_fp4_mqa_logits).parameters:  # (0.34)
+        got16 = deep_gemm.fp8_fp4_mqa_logits((q, None), (k, k_scale), weights, ks, ke, width,
+                                             logits_dtype=torch.bfloat16)
+        assert got16.dtype == torch.bfloat16
+        assert torch.allclose(got16.double()[valid], ref[valid], rtol=1e-2, atol=1e-1)
+
+
+@pytest.mark.parametrize("next_n", [1, 2])
+def test_decode_through_vllms_wrappers(deep_gemm, monkeypatch, next_n):
+    """The metadata and paged calls as vLLM's decode makes them: 2-D context lengths (row j of
+    a request sees ``L - next_n + j + 1`` positions), a ``[num_blocks, 64, 1, 132]`` cache, a
+    block table wider than needed."""
+    assert indexer_fallback.install((8, 9), {})
+    # The metadata wrapper asks the platform for SM90 (it halves its slots there): an SM89
+    # device answers no. (Without a GPU the stub driver would crash on the question.)
+    monkeypatch.setattr(deep_gemm.current_platform, "is_device_capability_family",
+                        lambda *args, **kwargs: False)
+    g = torch.Generator().manual_seed(next_n)
+    heads, block_size, max_model_len, num_sms = 32, 64, 300, 6
+    seq = torch.tensor([1, 130, 190], dtype=torch.int32)  # 1, 3 and 3 blocks of 64
+    lens = (seq[:, None] - next_n + 1 + torch.arange(next_n)[None, :]).clamp_min(0).int()
+    n_blocks = 12
+    cache = pack_indexer_k_cache(_fp8(g, n_blocks, block_size, D),
+                                 torch.rand(n_blocks, block_size, generator=g) + 0.1)
+    tables = torch.randperm(n_blocks, generator=g)[:9].reshape(3, 3).int()
+    tables = torch.cat([tables, torch.full((3, 2), 7777, dtype=torch.int32)], dim=1)
+    q = _fp8(g, 3, next_n, heads, D)
+    weights = torch.randn(3 * next_n, heads, generator=g)
+    schedule = deep_gemm.get_paged_mqa_logits_metadata(lens, block_size, num_sms)
+    assert schedule.shape == (num_sms + 1, 2) and schedule.dtype == torch.int32
+    got = deep_gemm.fp8_fp4_paged_mqa_logits((q, None), cache, weights, lens, tables, schedule,
+                                             max_model_len)
+    ref = paged_mqa_logits_reference(q, cache, weights, lens, tables, max_model_len)
+    valid = torch.isfinite(ref)
+    assert got.shape == (3 * next_n, max_model_len) and got.dtype == torch.float32
+    assert got.stride(0) % indexer_fallback.LOGITS_ROW_ALIGN == 0
+    assert torch.allclose(got.double()[valid], ref[valid], rtol=1e-5, atol=1e-3)
+
+
+def test_fp4_queries_are_refused(deep_gemm):
+    assert indexer_fallback.install((8, 9), {})
+    q = torch.zeros(2, 4, D // 2, dtype=torch.int8)
+    with pytest.raises(NotImplementedError, match="fp4 indexer queries"):
+        deep_gemm.fp8_fp4_mqa_logits((q, torch.zeros(2, 4, dtype=torch.int32)),
+                                     (torch.zeros(3, D // 2, dtype=torch.int8), torch.zeros(3)),
+                                     torch.zeros(2, 4), torch.zeros(2, dtype=torch.int32),
+                                     torch.zeros(2, dtype=torch.int32), 3)

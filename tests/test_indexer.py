@@ -201,3 +201,11 @@ def test_paged_mqa_logits_bad_input(device):
         paged_mqa_logits(*args[:3], lens[:1].to(device), *args[4:])
     with pytest.raises(ValueError, match=r"block_tables: expected 2 rows"):
         paged_mqa_logits(*args[:4], args[4][:1], 32)
+
+
+def test_warmup_runs_every_kind_of_call(device):
+    """The warm-up's tiny calls are valid calls of both kernels (decode with 1 and 2 rows per
+    request), at the models' geometry."""
+    from triton_sparse_mla.indexer import warmup
+
+    warmup(device, 32, D)

@@ -6,6 +6,8 @@ On a GPU the problems are decode- and prefill-sized: 4 tokens with 64 heads, 16 
 heads: for fp8_ds_mla rows up to 32 heads, for bf16/fp16 rows up to 16), and 1024 tokens
 over 32K rows (the fp8_ds_mla workspace of
 :mod:`triton_sparse_mla.workspace`); on a CPU (through Triton's interpreter) they are small.
+Then the DSA indexer's scores (:mod:`triton_sparse_mla.indexer`): a causal prefill chunk of two
+requests and a decode batch with one draft token per request, 64 heads (8 on a CPU).
 One verdict line per format and geometry; the return value says if all passed.
 """
 
@@ -18,6 +20,8 @@ import torch
 
 from .api import sparse_mla_attention
 from .formats import quantize_fp8_ds_mla
+from .indexer import (mqa_logits, mqa_logits_reference, pack_indexer_k_cache, paged_mqa_logits,
+                      paged_mqa_logits_reference)
 from .reference import sparse_mla_reference
 
 # (label, format, D_QK, q dtype); fp8_ds_mla always has the 576 geometry.
@@ -82,6 +86,55 @@ def run_check(device: torch.device, *, verbose=print) -> bool:
             all_ok &= ok
             verbose(f"{'ok   ' if ok else 'FAIL '} {label:28} {size_label:8} T={t} H={h} K={k}: "
                     f"rel err {rel:.2e}, lse err {lse_err:.1e}, {elapsed * 1e3:.0f} ms")
+    return _check_indexer(device, verbose) and all_ok
+
+
+def _indexer_problems(on_gpu: bool, device: torch.device):
+    """``(label, function, args, reference args)``: a causal prefill chunk of two requests and
+    a decode batch of requests with one draft token each (2-D lengths, as vLLM passes them)."""
+    g = torch.Generator().manual_seed(7)
+    heads, d = (64, 128) if on_gpu else (8, 128)
+    fp8 = lambda *shape: (torch.randn(*shape, generator=g) * 2).to(torch.float8_e4m3fn)  # noqa: E731
+    lens = (300, 724) if on_gpu else (9, 30)
+    starts = torch.cat([torch.full((n,), sum(lens[:i]), dtype=torch.int32) for i, n in enumerate(lens)])
+    ends = torch.cat([sum(lens[:i]) + torch.arange(1, n + 1, dtype=torch.int32) for i, n in enumerate(lens)])
+    k = fp8(sum(lens), d)
+    prefill = (fp8(len(starts), heads, d), k, torch.rand(len(k), generator=g) + 0.1,
+               torch.randn(len(starts), heads, generator=g), starts, ends, max(lens))
+    batch, block, seq = (32, 64, 8000) if on_gpu else (2, 16, 70)
+    n_blocks = batch * -(-seq // block)
+    cache = pack_indexer_k_cache(fp8(n_blocks, block, d), torch.rand(n_blocks, block, generator=g) + 0.1)
+    tables = torch.randperm(n_blocks, generator=g).int().reshape(batch, -1)
+    seq_lens = torch.randint(1, seq + 1, (batch,), generator=g)
+    lens2 = (seq_lens[:, None] - 1 + torch.arange(2)[None, :]).clamp_min(0).int()
+    decode = (fp8(batch, 2, heads, d), cache, torch.randn(batch * 2, heads, generator=g), lens2,
+              tables, seq)
+    return [(f"indexer prefill H={heads}, {len(starts)} rows", mqa_logits, mqa_logits_reference, prefill),
+            (f"indexer decode  H={heads}, {batch}x2 rows", paged_mqa_logits, paged_mqa_logits_reference,
+             decode)]
+
+
+def _check_indexer(device: torch.device, verbose) -> bool:
+    """The indexer's two score kernels against their float64 reference; True if both passed."""
+    all_ok = True
+    for label, fn, reference, args in _indexer_problems(device.type == "cuda", device):
+        start = time.perf_counter()
+        try:
+            got = fn(*[x.to(device) if isinstance(x, torch.Tensor) else x for x in args])
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+        except Exception as exc:  # the verdict line reports it; the exit status says failed
+            verbose(f"FAIL  {label:37} raised {type(exc).__name__}: {exc}")
+            all_ok = False
+            continue
+        elapsed = time.perf_counter() - start
+        ref = reference(*args)
+        valid = torch.isfinite(ref)
+        got = got.double().cpu()[valid]
+        rel = ((got - ref[valid]).norm() / ref[valid].norm()).item()
+        ok = bool(torch.isfinite(got).all()) and rel < 1e-5
+        all_ok &= ok
+        verbose(f"{'ok   ' if ok else 'FAIL '} {label:37}: rel err {rel:.2e}, {elapsed * 1e3:.0f} ms")
     return all_ok
 
 

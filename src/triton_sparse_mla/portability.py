@@ -154,7 +154,8 @@ def _indexer_variants(cap: int):
     cvt = configs.fp8_cvt_level(divmod(cap, 10))
     k = dict(H=64, D=128, BLOCK_M=flat.BLOCK_M, BLOCK_N=flat.BLOCK_N, FP8_CVT=cvt, INTERPRET=False)
     yield ("mqa_logits", flat.mqa_logits_kernel, types, k,
-           {n for n in names if n.endswith("_ptr") or n in ("stride_qh", "stride_kn")},
+           {n for n in names if n.endswith("_ptr") and n not in ("starts_ptr", "ends_ptr")}
+           | {"stride_qm", "stride_qh", "stride_kn", "stride_wm"},
            flat.NUM_WARPS, flat.NUM_STAGES)
     names = _jit_fn(paged.paged_mqa_logits_kernel).arg_names
     types = {n: "i32" for n in names}
@@ -164,7 +165,8 @@ def _indexer_variants(cap: int):
         k = dict(NEXT_N=next_n, NEXT_N_P2=next_n, H=64, BLOCK_H=64, D=128, BLOCK_SIZE=64,
                  FP8_CVT=cvt, INTERPRET=False)
         yield (f"paged_mqa_logits next_n={next_n}", paged.paged_mqa_logits_kernel, types, k,
-               {n for n in names if n.endswith("_ptr") or n in ("stride_cb", "stride_qh")},
+               {n for n in names if n.endswith("_ptr")}
+               | {"stride_cb", "stride_qb", "stride_qn", "stride_qh", "stride_wr"},
                paged.NUM_WARPS, 1)
 
 

@@ -42,6 +42,7 @@ def _ours(dg):
     ((9, 0), {}, False),
     ((10, 0), {}, False),
     ((12, 0), {}, False),
+    ((9, 0), {"TRITON_SPARSE_MLA_INDEXER": "on"}, True),
 ])
 def test_installed_where_deepgemm_has_no_kernels(deep_gemm, capability, environ, served):
     sentinel = object()
@@ -56,7 +57,7 @@ def test_installed_where_deepgemm_has_no_kernels(deep_gemm, capability, environ,
 
 
 def test_bad_setting_is_named():
-    with pytest.raises(ValueError, match="TRITON_SPARSE_MLA_INDEXER: expected 'auto' or 'off'"):
+    with pytest.raises(ValueError, match="TRITON_SPARSE_MLA_INDEXER: expected 'auto', 'off' or 'on'"):
         indexer_fallback.install((8, 9), {"TRITON_SPARSE_MLA_INDEXER": "yes"})
 
 
@@ -130,3 +131,17 @@ def test_fp4_queries_are_refused(deep_gemm):
                                      (torch.zeros(3, D // 2, dtype=torch.int8), torch.zeros(3)),
                                      torch.zeros(2, 4), torch.zeros(2, dtype=torch.int32),
                                      torch.zeros(2, dtype=torch.int32), 3)
+
+
+def test_warm_up_compiles_once_per_geometry(monkeypatch):
+    """Layers warm the indexer kernels up once per (device, heads, head_dim); a model config
+    without the indexer's geometry leaves them to compile on first use."""
+    calls = []
+    monkeypatch.setattr(indexer_fallback.indexer, "warmup", lambda *args: calls.append(args))
+    monkeypatch.setattr(indexer_fallback, "_WARMED", set())
+    cpu = torch.device("cpu")
+    for _ in range(3):
+        indexer_fallback.warm_up(cpu, 64, 128)
+    indexer_fallback.warm_up(cpu, 32, 128)
+    indexer_fallback.warm_up(cpu, None, 128)
+    assert calls == [(cpu, 64, 128), (cpu, 32, 128)]

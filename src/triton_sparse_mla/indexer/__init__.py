@@ -4,6 +4,7 @@ for GPUs DeepGEMM has no kernels for (SM80/86/89)."""
 from .api import mqa_logits, paged_mqa_logits
 from .cache_layout import pack_indexer_k_cache, unpack_indexer_k_cache
 from .reference import mqa_logits_reference, paged_mqa_logits_reference
+from .warmup import warmup
 
 __all__ = [
     "mqa_logits",
@@ -12,4 +13,5 @@ __all__ = [
     "paged_mqa_logits_reference",
     "pack_indexer_k_cache",
     "unpack_indexer_k_cache",
+    "warmup",
 ]

@@ -27,7 +27,11 @@ NUM_WARPS = 4
 NUM_STAGES = 2
 
 
-@triton.jit(do_not_specialize=["n_rows", "n_keys", "width", "stride_qm", "stride_wm", "stride_om"])
+# Not specialized, so that indexer.warmup's call compiles what serving runs: the sizes, the
+# output's row stride (the width) and the row ranges' addresses (vLLM 0.34 passes slices of them
+# at any offset). q's and the weights' row strides (H D, H) stay specialized: q's rows are then
+# known 16-byte aligned and load as vectors.
+@triton.jit(do_not_specialize=["n_rows", "n_keys", "width", "stride_om", "starts_ptr", "ends_ptr"])
 def mqa_logits_kernel(
     q_ptr, k_ptr, k_scale_ptr, w_ptr, starts_ptr, ends_ptr, out_ptr,
     n_rows, n_keys, width,

@@ -19,8 +19,10 @@ from ..kernels.common import LAUNCH_OPTIONS, e4m3_to_f16, mma
 NUM_WARPS = 4
 
 
-@triton.jit(do_not_specialize=["n_blocks_max", "width", "stride_cb", "stride_tb", "stride_qb",
-                               "stride_wr", "stride_om"])
+# Not specialized, so that indexer.warmup's call compiles what serving runs: the sizes and the
+# block table's and output's row strides. The cache block's stride (block_size (D + 4) bytes)
+# and q's and the weights' stay specialized, so blocks and q rows load as 16-byte vectors.
+@triton.jit(do_not_specialize=["n_blocks_max", "width", "stride_tb", "stride_om"])
 def paged_mqa_logits_kernel(
     q_ptr, cache_ptr, w_ptr, limits_ptr, table_ptr, out_ptr,
     n_blocks_max, width, stride_cb, stride_tb, stride_qb, stride_qn, stride_qh, stride_wr,

@@ -155,7 +155,7 @@ class TritonMLASparseImpl(SparseMLACommonImpl[TritonMLASparseMetadata]):
             head_counts.append(num_heads * get_current_vllm_config().parallel_config.tensor_parallel_size)
         if kv_cache_dtype == "fp8_ds_mla" and self.qk_rope_head_dim == 0:
             self._zero_q_pe = _reserve_zero_q_pe(max(head_counts), self.topk_indices_buffer)
-        _serve_indexer(self.topk_indices_buffer)
+        _serve_indexer(self.topk_indices_buffer, warmup_setting())
         if warmup_setting() and self.topk_indices_buffer is not None:
             for heads in head_counts:
                 _warm_up(heads, kv_cache_dtype, self.kv_lora_rank + self.qk_rope_head_dim,
@@ -230,12 +230,17 @@ class TritonMLASparseImpl(SparseMLACommonImpl[TritonMLASparseMetadata]):
         return q_nope, self._zero_q_pe[:tokens, :heads]
 
 
-def _serve_indexer(topk_indices_buffer: torch.Tensor | None) -> None:
+def _serve_indexer(topk_indices_buffer: torch.Tensor | None, warm_up: bool) -> None:
     """On a GPU DeepGEMM has no kernels for, the model's DSA indexer scores with ours
-    (:mod:`.indexer_fallback`); this backend is the only sparse MLA one there, so every such
-    model builds its layers here."""
-    if topk_indices_buffer is not None and topk_indices_buffer.device.type == "cuda":
-        indexer_fallback.install(torch.cuda.get_device_capability(topk_indices_buffer.device))
+    (:mod:`.indexer_fallback`; this backend is the only sparse MLA one there, so every such
+    model builds its layers here), compiled now with ``warm_up``."""
+    if topk_indices_buffer is None or topk_indices_buffer.device.type != "cuda":
+        return
+    device = topk_indices_buffer.device
+    if indexer_fallback.install(torch.cuda.get_device_capability(device)) and warm_up:
+        hf_config = get_current_vllm_config().model_config.hf_config
+        indexer_fallback.warm_up(device, getattr(hf_config, "index_n_heads", None),
+                                 getattr(hf_config, "index_head_dim", None))
 
 
 def _check_features(alibi_slopes, sliding_window, logits_soft_cap, attn_type) -> None:

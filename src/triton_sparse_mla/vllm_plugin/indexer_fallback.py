@@ -12,8 +12,10 @@ those three. It does not run DeepGEMM's ``_lazy_init`` (which would create a CUD
 with one of the globals set, that init resolves nothing else, which costs nothing on SM8x,
 where vLLM uses no other DeepGEMM call (its GEMMs need SM90 or SM100).
 
-Off with ``TRITON_SPARSE_MLA_INDEXER=off``. Only the fp8 indexer cache (vLLM's default) is
-served; vLLM's fp4 one (``indexer_kv_dtype=mxfp4``) is refused by vLLM itself below SM100.
+``TRITON_SPARSE_MLA_INDEXER``: ``auto`` (default) installs on SM8x only, ``off`` never, ``on``
+on every GPU (to compare with DeepGEMM where it has kernels). Only the fp8 indexer cache
+(vLLM's default) is served; vLLM's fp4 one (``indexer_kv_dtype=mxfp4``) is refused by vLLM
+itself below SM100.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import os
 
 import torch
 
+from triton_sparse_mla import indexer
 from triton_sparse_mla.indexer import mqa_logits, paged_mqa_logits
 
 logger = logging.getLogger("vllm.plugins.triton_sparse_mla")
@@ -34,14 +37,14 @@ IMPL_GLOBALS = ("_fp8_fp4_mqa_logits_impl", "_fp8_fp4_paged_mqa_logits_impl",
 LOGITS_ROW_ALIGN = 256
 
 
-def indexer_setting(environ=None) -> bool:
-    """Whether :func:`install` may replace DeepGEMM's indexer calls, from
-    ``TRITON_SPARSE_MLA_INDEXER``: ``auto`` (default: where DeepGEMM has no kernels) or ``off``."""
+def indexer_setting(environ=None) -> str:
+    """``TRITON_SPARSE_MLA_INDEXER``: ``auto`` (default: where DeepGEMM has no kernels), ``off``
+    or ``on`` (every GPU)."""
     env = os.environ if environ is None else environ
     value = env.get(INDEXER_ENV, "auto").strip().lower()
-    if value not in ("auto", "off"):
-        raise ValueError(f"{INDEXER_ENV}: expected 'auto' or 'off', got {value!r}")
-    return value == "auto"
+    if value not in ("auto", "off", "on"):
+        raise ValueError(f"{INDEXER_ENV}: expected 'auto', 'off' or 'on', got {value!r}")
+    return value
 
 
 def needs_fallback(capability: tuple[int, int]) -> bool:
@@ -51,8 +54,10 @@ def needs_fallback(capability: tuple[int, int]) -> bool:
 
 def install(capability: tuple[int, int], environ=None) -> bool:
     """Serve vLLM's three DeepGEMM indexer calls with our kernels on ``capability`` where
-    :func:`needs_fallback`; returns whether they are ours. Idempotent."""
-    if not (indexer_setting(environ) and needs_fallback(capability)):
+    :func:`needs_fallback` (or everywhere with the setting ``on``); returns whether they are
+    ours. Idempotent."""
+    setting = indexer_setting(environ)
+    if setting == "off" or (setting == "auto" and not needs_fallback(capability)):
         return False
     try:
         import vllm.utils.deep_gemm as dg
@@ -68,9 +73,25 @@ def install(capability: tuple[int, int], environ=None) -> bool:
         dg._fp8_fp4_mqa_logits_impl = _mqa_logits_impl
         dg._fp8_fp4_paged_mqa_logits_impl = _paged_mqa_logits_impl
         dg._get_paged_mqa_logits_metadata_impl = _paged_mqa_logits_metadata_impl
+        why = "DeepGEMM has no kernels here" if needs_fallback(capability) else f"{INDEXER_ENV}=on"
         logger.info("triton-sparse-mla: DSA indexer on sm_%d%d served by triton_sparse_mla.indexer "
-                    "(DeepGEMM has no kernels here)", *capability)
+                    "(%s)", *capability, why)
     return True
+
+
+_WARMED: set[tuple] = set()
+
+
+def warm_up(device: torch.device, heads: int | None, head_dim: int | None) -> None:
+    """Compile the indexer kernels for this model's indexer geometry (once per process), so
+    that the first prefill does not (:func:`triton_sparse_mla.indexer.warmup`). Without the
+    geometry in the model's config (``index_n_heads``, ``index_head_dim``) they compile on
+    first use."""
+    key = (device, heads, head_dim)
+    if heads is None or head_dim is None or key in _WARMED:
+        return
+    indexer.warmup(device, heads, head_dim)
+    _WARMED.add(key)
 
 
 def _fp8_values(q, who: str) -> torch.Tensor:

@@ -145,3 +145,16 @@ def test_warm_up_compiles_once_per_geometry(monkeypatch):
     indexer_fallback.warm_up(cpu, 32, 128)
     indexer_fallback.warm_up(cpu, None, 128)
     assert calls == [(cpu, 64, 128), (cpu, 32, 128)]
+
+
+@pytest.mark.parametrize("capability, environ, phrase", [
+    ((8, 9), {}, "triton_sparse_mla.indexer (DeepGEMM has no kernels here)"),
+    ((8, 0), {}, "DSA models still fail below SM89"),
+    ((8, 9), {"TRITON_SPARSE_MLA_INDEXER": "off"}, "DSA models fail"),
+    ((9, 0), {}, "DeepGEMM"),
+])
+def test_described_as_installed(capability, environ, phrase):
+    """``triton-sparse-mla vllm`` says who scores the indexer, as :func:`install` decides."""
+    text = indexer_fallback.describe(capability, environ)
+    assert phrase in text
+    assert text.startswith("triton_sparse_mla") is (capability[0] == 8 and environ == {})

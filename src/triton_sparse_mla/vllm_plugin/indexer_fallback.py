@@ -52,6 +52,20 @@ def needs_fallback(capability: tuple[int, int]) -> bool:
     return capability[0] == 8
 
 
+def describe(capability: tuple[int, int], environ=None) -> str:
+    """Who computes the DSA indexer's scores on ``capability``, for ``triton-sparse-mla vllm``."""
+    setting = indexer_setting(environ)
+    if setting == "on" or (setting == "auto" and needs_fallback(capability)):
+        why = "" if setting == "on" else " (DeepGEMM has no kernels here)"
+        if capability < (8, 9):
+            why += ("; vLLM's own Triton kernels that quantize the indexer's keys and queries "
+                    "need fp8 conversions SM89 introduced: DSA models still fail below SM89")
+        return "triton_sparse_mla.indexer" + why
+    if needs_fallback(capability):
+        return f"DeepGEMM, which has no kernels here ({INDEXER_ENV}=off): DSA models fail"
+    return "DeepGEMM"
+
+
 def install(capability: tuple[int, int], environ=None) -> bool:
     """Serve vLLM's three DeepGEMM indexer calls with our kernels on ``capability`` where
     :func:`needs_fallback` (or everywhere with the setting ``on``); returns whether they are

@@ -107,13 +107,16 @@ def describe_selection(environ=None) -> str:
         targets = []
         for i in range(torch.cuda.device_count()):
             major, minor = torch.cuda.get_device_capability(i)
-            targets.append((f"GPU {i} {torch.cuda.get_device_name(i)} (sm_{major}{minor})", major))
+            targets.append((f"GPU {i} {torch.cuda.get_device_name(i)} (sm_{major}{minor})", (major, minor)))
     else:
         lines.append("no CUDA GPU here; what each GPU family would get:")
-        targets = [(f"SM{m}x", m) for m in (8, 9, 10, 12)]
-    for label, major in targets:
-        ranking = rank_backend(major, mode)
+        targets = [(f"SM{m}x", (m, 9 if m == 8 else 0)) for m in (8, 9, 10, 12)]
+    from .indexer_fallback import describe as describe_indexer
+
+    for label, capability in targets:
+        ranking = rank_backend(capability[0], mode)
         lines.append(f"  {label}: {BACKEND_NAME} {ranking.rank}: {ranking.reason}")
+        lines.append(f"    DSA indexer scores: {describe_indexer(capability, environ)}")
     lines.append(f"force it with --attention-backend CUSTOM (works with spawn/Ray workers) or "
                  f"{SELECT_ENV}=force")
     return "\n".join(lines)

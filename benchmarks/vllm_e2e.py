@@ -11,7 +11,13 @@ with DeepGEMM (the DSA indexer uses it) and this project's plugin. On the device
     bash benchmarks/vllm_device_setup.sh python3 benchmarks/vllm_e2e.py OUT.json
 
 Usage: vllm_e2e.py OUT.json [--timeout S] [--kv-cache-dtype auto|fp8_ds_mla] [--max-tokens N]
-       [--index-topk N] [--long] [--control] [--tp N] [--shard-q on|off] [--config-only DIR]
+       [--index-topk N] [--long] [--control] [--tp N] [--shard-q on|off] [--indexer ours]
+       [--config-only DIR]
+
+``--indexer ours``: our engine also scores the DSA indexer with triton_sparse_mla.indexer
+(``TRITON_SPARSE_MLA_INDEXER=on``, what SM8x gets by default) while the reference keeps
+DeepGEMM; the first indexer calls of each kind are checked against the float64 reference in
+the engine (``indexer_checks``). Not run yet (written 2026-12-05 without a GPU).
 
 ``--long``: prompts of 300-1100 tokens (2900 in all) with 2048 tokens per engine step, so a
 prefill call has 2048 query tokens and fp8_ds_mla rows go through the workspace of distinct rows
@@ -189,10 +195,12 @@ def _check_ours_against_reference(sink: str) -> None:
 
     checks: list = []
     workspace_calls: list = []
+    indexer_checks: list = []
     build = workspace.build
 
     def save():
-        Path(f"{sink}.{os.getpid()}").write_text(json.dumps(dict(checks=checks, workspace_calls=workspace_calls)))
+        Path(f"{sink}.{os.getpid()}").write_text(json.dumps(dict(
+            checks=checks, workspace_calls=workspace_calls, indexer_checks=indexer_checks)))
 
     def counted_build(kv, indices, *args, **kwargs):
         built = build(kv, indices, *args, **kwargs)
@@ -213,16 +221,58 @@ def _check_ours_against_reference(sink: str) -> None:
         return res
 
     impl.sparse_mla_attention = checked
+    _check_indexer_against_reference(indexer_checks, save)
 
 
-def _merge_checks(sink: str) -> tuple[list, list]:
-    """Every process's checks and workspace calls (:func:`_check_ours_against_reference`)."""
-    checks, workspace_calls = [], []
+INDEXER_CHECKS = 8  # indexer calls of each kind (prefill, decode) checked against float64
+
+
+def _check_indexer_against_reference(indexer_checks: list, save) -> None:
+    """Where our indexer serves the engine (``TRITON_SPARSE_MLA_INDEXER=on``), wrap its two calls
+    as the plugin makes them: each of the first calls of a kind is also run in float64 (a
+    prefill call: its last 64 rows; a decode call: its first request)."""
+    import torch
+
+    from triton_sparse_mla import indexer
+    from triton_sparse_mla.vllm_plugin import indexer_fallback as fallback
+
+    def record(kind, got, ref):
+        valid = torch.isfinite(ref)
+        got = got[: ref.shape[0]].double().cpu()[valid]
+        err = ((got - ref[valid]).norm() / ref[valid].norm().clamp_min(1e-30)).item()
+        indexer_checks.append(dict(kind=kind, rows=int(ref.shape[0]), rel_err=err))
+        save()
+
+    mqa, paged = fallback.mqa_logits, fallback.paged_mqa_logits
+
+    def mqa_checked(q, k, k_scale, weights, starts, ends, width, **kw):
+        out = mqa(q, k, k_scale, weights, starts, ends, width, **kw)
+        if sum(c["kind"] == "prefill" for c in indexer_checks) < INDEXER_CHECKS and q.shape[0] > 0:
+            n = min(64, q.shape[0])  # the last rows: the longest key ranges
+            record("prefill", out[-n:], indexer.mqa_logits_reference(
+                q[-n:], k, k_scale, weights[-n:], starts[-n:], ends[-n:], width))
+        return out
+
+    def paged_checked(q, kv_cache, weights, context_lens, block_tables, width, **kw):
+        out = paged(q, kv_cache, weights, context_lens, block_tables, width, **kw)
+        if sum(c["kind"] == "decode" for c in indexer_checks) < INDEXER_CHECKS and q.shape[0] > 0:
+            record("decode", out, indexer.paged_mqa_logits_reference(
+                q[:1], kv_cache, weights[: q.shape[1]], context_lens[:1], block_tables[:1], width))
+        return out
+
+    fallback.mqa_logits, fallback.paged_mqa_logits = mqa_checked, paged_checked
+
+
+def _merge_checks(sink: str) -> tuple[list, list, list]:
+    """Every process's checks, workspace calls and indexer checks
+    (:func:`_check_ours_against_reference`)."""
+    checks, workspace_calls, indexer_checks = [], [], []
     for path in sorted(Path(sink).parent.glob(Path(sink).name + ".*")):
         part = json.loads(path.read_text())
         checks += part["checks"]
         workspace_calls += part["workspace_calls"]
-    return checks, workspace_calls
+        indexer_checks += part.get("indexer_checks", [])
+    return checks, workspace_calls, indexer_checks
 
 
 PERTURBED = OURS + "_NUDGED"
@@ -309,7 +359,7 @@ def run_worker(backend: str, model_dir: str, result: str, kv_cache_dtype: str, m
     outs = llm.generate([{"prompt_token_ids": p} for p in prompts(lengths)], params, use_tqdm=False)
     t_gen = time.time() - t0
     knobs.runtime.jit_post_compile_hook = None
-    checks, workspace_calls = _merge_checks(sink)
+    checks, workspace_calls, indexer_checks = _merge_checks(sink)
     seqs = []
     for o in outs:
         c = o.outputs[0]
@@ -325,6 +375,7 @@ def run_worker(backend: str, model_dir: str, result: str, kv_cache_dtype: str, m
     Path(result).write_text(json.dumps(dict(backend=backend, layers=layers, init_s=t_init, generate_s=t_gen,
                                             seqs=seqs, reference_checks=checks,
                                             workspace_calls=workspace_calls,
+                                            indexer_checks=indexer_checks,
                                             serving_compiles=[r[:120] for r in serving_compiles])))
 
 
@@ -341,6 +392,7 @@ def run_engine(backend: str, model_dir: Path, work: Path, log_path: Path, args, 
     # force: our backend ranks first; off: vLLM's own selection (the reference is also named explicitly)
     kernel = OURS if backend == PERTURBED else backend
     env["TRITON_SPARSE_MLA_SELECT"] = "force" if kernel == OURS else "off"
+    env["TRITON_SPARSE_MLA_INDEXER"] = "on" if kernel == OURS and args.indexer == "ours" else "off"
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", backend, str(model_dir), str(result),
            "--kv-cache-dtype", args.kv_cache_dtype, "--max-tokens", str(args.max_tokens)] + (
                ["--long"] if args.long else []) + ["--tp", str(args.tp)] + (
@@ -377,6 +429,13 @@ def run_engine(backend: str, model_dir: Path, work: Path, log_path: Path, args, 
         heads = sorted({c["heads"] for c in info["reference_checks"]})
         print(f"   float64 reference, {len(errs)} attention calls in the engine: max rel err {max(errs):.2e}"
               f" (heads per call: {heads})")
+    if info.get("indexer_checks"):
+        by_kind = {}
+        for c in info["indexer_checks"]:
+            by_kind.setdefault(c["kind"], []).append(c["rel_err"])
+        for kind, errs in sorted(by_kind.items()):
+            print(f"   our indexer ({kind}) against float64, {len(errs)} engine calls: "
+                  f"max rel err {max(errs):.2e}")
     if backend == OURS:
         print(f"   fp8 workspace taken by {len(info.get('workspace_calls', []))} calls "
               f"(query tokens {info.get('workspace_calls', [])[:8]})")
@@ -439,6 +498,8 @@ def main(argv=None) -> int:
     ap.add_argument("--tp", type=int, default=1, help="tensor parallelism (GPUs)")
     ap.add_argument("--shard-q", choices=["on", "off"],
                     help="vLLM 0.34's sparse_mla_shard_q (default: vLLM's own, on)")
+    ap.add_argument("--indexer", choices=["ours", "deepgemm"], default="deepgemm",
+                    help="who scores the DSA indexer in our engine (the reference keeps DeepGEMM)")
     ap.add_argument("--config-only", metavar="DIR", help="write the model config under DIR and stop")
     ap.add_argument("--worker", nargs=3, metavar=("BACKEND", "MODEL_DIR", "RESULT"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -456,7 +517,7 @@ def main(argv=None) -> int:
     out = Path(args.out_json)
     out.parent.mkdir(parents=True, exist_ok=True)
     report = dict(kv_cache_dtype=args.kv_cache_dtype, max_tokens=args.max_tokens, tp=args.tp,
-                  shard_q=args.shard_q, model=MODEL,
+                  shard_q=args.shard_q, indexer=args.indexer, model=MODEL,
                   prompt_lengths=list(LONG_PROMPT_LENGTHS if args.long else PROMPT_LENGTHS))
     with tempfile.TemporaryDirectory(prefix="vllm_e2e_") as tmp:
         model_dir = write_model_dir(Path(tmp))

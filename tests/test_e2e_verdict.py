@@ -63,6 +63,46 @@ def test_each_process_checks_are_merged(tmp_path):
     (tmp_path / (sink.name + ".101")).write_text('{"checks": [{"heads": 8}], "workspace_calls": [2048]}')
     (tmp_path / (sink.name + ".102")).write_text('{"checks": [{"heads": 16}, {"heads": 8}], "workspace_calls": []}')
     (tmp_path / "FLASHMLA_SPARSE.json.checks.103").write_text('{"checks": [{"heads": 99}], "workspace_calls": [1]}')
-    checks, workspace_calls = e2e._merge_checks(str(sink))
+    checks, workspace_calls, indexer_checks = e2e._merge_checks(str(sink))
     assert sorted(c["heads"] for c in checks) == [8, 8, 16] and workspace_calls == [2048]
-    assert e2e._merge_checks(str(tmp_path / "none.checks")) == ([], [])
+    assert indexer_checks == []
+    assert e2e._merge_checks(str(tmp_path / "none.checks")) == ([], [], [])
+
+
+def test_in_engine_indexer_checks(device, monkeypatch):
+    """``--indexer ours``: the wrapped indexer calls, as the plugin makes them, record their
+    error against the float64 reference, a small one for correct kernels and a large one for a
+    wrong result."""
+    import torch
+
+    from triton_sparse_mla.indexer import pack_indexer_k_cache
+    from triton_sparse_mla.vllm_plugin import indexer_fallback as fallback
+
+    monkeypatch.setattr(fallback, "mqa_logits", fallback.mqa_logits)
+    monkeypatch.setattr(fallback, "paged_mqa_logits", fallback.paged_mqa_logits)
+    paged = fallback.paged_mqa_logits
+    checks = []
+    e2e._check_indexer_against_reference(checks, lambda: None)
+    g = torch.Generator().manual_seed(0)
+    fp8 = lambda *s: (torch.randn(*s, generator=g) * 2).to(torch.float8_e4m3fn).to(device)  # noqa: E731
+    heads, d = 8, 128
+    ends = torch.arange(1, 31, dtype=torch.int32, device=device)
+    fallback._mqa_logits_impl((fp8(30, heads, d), None), (fp8(30, d), torch.ones(30, device=device)),
+                              torch.randn(30, heads, generator=g).to(device),
+                              torch.zeros_like(ends), ends, 30)
+    cache = pack_indexer_k_cache(fp8(2, 16, d).cpu(), torch.ones(2, 16)).to(device)
+    lens = torch.tensor([[20], [5]], dtype=torch.int32, device=device)
+    tables = torch.tensor([[1, 0], [0, 1]], dtype=torch.int32, device=device)
+    fallback._paged_mqa_logits_impl((fp8(2, 1, heads, d), None), cache,
+                                    torch.randn(2, heads, generator=g).to(device), lens, tables,
+                                    None, 32)
+    assert [c["kind"] for c in checks] == ["prefill", "decode"]
+    assert all(c["rel_err"] < 1e-6 for c in checks), checks
+    # a kernel 1% off
+    monkeypatch.setattr(fallback, "paged_mqa_logits", lambda *a, **k: paged(*a, **k).mul_(1.01))
+    bad = []
+    e2e._check_indexer_against_reference(bad, lambda: None)
+    fallback._paged_mqa_logits_impl((fp8(2, 1, heads, d), None), cache,
+                                    torch.randn(2, heads, generator=g).to(device), lens, tables,
+                                    None, 32)
+    assert len(bad) == 1 and 5e-3 < bad[0]["rel_err"] < 2e-2

@@ -69,14 +69,14 @@ def test_cpu_without_interpreter_is_refused(monkeypatch):
 def test_interpreter_refused_where_triton_and_numpy_clash(monkeypatch, triton, numpy, refused):
     """Triton's interpreter before 3.7 cannot run with numpy 2.4: a clear error names both,
     from the call itself."""
-    from triton_sparse_mla import api
-    monkeypatch.setattr(api, "triton_version", lambda: triton)
-    monkeypatch.setattr(api.np, "__version__", numpy)
+    from triton_sparse_mla import boundary
+    monkeypatch.setattr(boundary, "triton_version", lambda: triton)
+    monkeypatch.setattr(boundary.np, "__version__", numpy)
     if not refused:
-        api._check_interpreter()
+        boundary.check_interpreter()
         return
     with pytest.raises(RuntimeError, match=r"numpy 2\.4\.1.*numpy<2\.4"):
-        api._check_interpreter()
+        boundary.check_interpreter()
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     with pytest.raises(RuntimeError, match="Triton 3.6"):
         call(make_problem(t=2, h=8, k=16, n=40))

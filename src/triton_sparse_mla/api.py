@@ -3,62 +3,16 @@
 from __future__ import annotations
 
 import math
-import os
 from numbers import Integral, Real
 
-import numpy as np
 import torch
 
 from . import configs, workspace
+from .boundary import check_tensor, device_traits, interpreting
 from .formats import D_NOPE, D_ROPE, D_V, row_format
-from .kernels.attention import gluon_applies, launch_sparse_mla_fwd, triton_version
+from .kernels.attention import gluon_applies, launch_sparse_mla_fwd
 
 _Q_DTYPES = (torch.bfloat16, torch.float16)
-
-
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
-
-
-def _check_interpreter():
-    """Triton's interpreter before 3.7 turns one-element arrays into loop bounds with ``int()``,
-    which numpy 2.4 rejects: fail with what to install instead of a TypeError from inside it."""
-    numpy_version = tuple(int(v) for v in np.__version__.split(".")[:2])
-    version = triton_version()
-    if version < (3, 7) and numpy_version >= (2, 4):
-        raise RuntimeError(
-            f"TRITON_INTERPRET=1: Triton {'.'.join(map(str, version))}'s interpreter "
-            f"cannot run with numpy {np.__version__} (fixed in Triton 3.7): install "
-            f"'numpy<2.4' or Triton >= 3.7")
-
-
-def _check_tensor(name, x, *, dtype=None, dtypes=None, rank=None, device=None):
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
-    if dtype is not None and x.dtype != dtype:
-        raise TypeError(f"{name}: expected dtype {dtype}, got {x.dtype}")
-    if dtypes is not None and x.dtype not in dtypes:
-        raise TypeError(f"{name}: expected dtype in {list(dtypes)}, got {x.dtype}")
-    if rank is not None and x.dim() != rank:
-        raise ValueError(f"{name}: expected {rank} dimensions, got shape {list(x.shape)}")
-    if device is not None and x.device != device:
-        raise ValueError(f"{name}: expected device {device}, got {x.device}")
-    if x.numel() > 0 and x.stride(-1) != 1:
-        raise ValueError(f"{name}: expected unit stride in the last dimension, got strides {x.stride()}")
-
-
-def device_traits(device: torch.device, name: str) -> tuple[str, int, int]:
-    """``(family, sm_count, fp8_cvt level)`` for tensors on ``device`` (``name``: the argument
-    an error names): a CUDA device's, or the interpreter's stand-in for CPU tensors under
-    ``TRITON_INTERPRET=1``."""
-    if device.type == "cuda":
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        return configs.device_traits(index)
-    if device.type == "cpu" and _interpreting():
-        _check_interpreter()
-        return "sm90", configs.INTERPRETER_SM_COUNT, 0
-    raise ValueError(
-        f"{name}: expected CUDA tensors (or CPU tensors with TRITON_INTERPRET=1), got device {device}")
 
 
 def _split_query(q):
@@ -67,11 +21,11 @@ def _split_query(q):
         if len(q) != 2:
             raise ValueError(f"q: expected a tensor or a tuple (q_nope, q_pe), got {len(q)} items")
         q_nope, q_pe = q
-        _check_tensor("q[0] (q_nope)", q_nope, dtypes=_Q_DTYPES, rank=3)
+        check_tensor("q[0] (q_nope)", q_nope, dtypes=_Q_DTYPES, rank=3)
         if q_nope.shape[2] != D_NOPE:
             raise ValueError(f"q[0] (q_nope): expected last dimension {D_NOPE}, got {q_nope.shape[2]}")
         if q_pe is not None and not (isinstance(q_pe, torch.Tensor) and q_pe.dim() == 3 and q_pe.shape[2] == 0):
-            _check_tensor("q[1] (q_pe)", q_pe, dtype=q_nope.dtype, rank=3, device=q_nope.device)
+            check_tensor("q[1] (q_pe)", q_pe, dtype=q_nope.dtype, rank=3, device=q_nope.device)
             if q_pe.shape[2] != D_ROPE:
                 raise ValueError(f"q[1] (q_pe): expected last dimension {D_ROPE}, got {q_pe.shape[2]}")
             if q_pe.shape[:2] != q_nope.shape[:2]:
@@ -81,7 +35,7 @@ def _split_query(q):
                 )
             return q_nope, q_pe
         return q_nope, None
-    _check_tensor("q", q, dtypes=_Q_DTYPES, rank=3)
+    check_tensor("q", q, dtypes=_Q_DTYPES, rank=3)
     if q.shape[2] not in (D_NOPE + D_ROPE, D_NOPE):
         raise ValueError(f"q: expected last dimension {D_NOPE + D_ROPE} or {D_NOPE}, got {q.shape[2]}")
     if q.shape[2] == D_NOPE:
@@ -155,7 +109,7 @@ def sparse_mla_attention(q, kv, indices, sm_scale, *, topk_length=None, attn_sin
         if kv.shape[1] != 1:
             raise ValueError(f"kv: a 3-D cache must be [N, 1, C], got shape {list(kv.shape)}")
         kv = kv[:, 0]
-    _check_tensor("kv", kv, rank=2, device=device)
+    check_tensor("kv", kv, rank=2, device=device)
     fmt = row_format(kv)
     fp8 = fmt == "fp8_ds_mla"
     if fp8:
@@ -178,7 +132,7 @@ def sparse_mla_attention(q, kv, indices, sm_scale, *, topk_length=None, attn_sin
         if indices.shape[1] != 1:
             raise ValueError(f"indices: a 3-D tensor must be [T, 1, K], got shape {list(indices.shape)}")
         indices = indices[:, 0]
-    _check_tensor("indices", indices, dtype=torch.int32, rank=2, device=device)
+    check_tensor("indices", indices, dtype=torch.int32, rank=2, device=device)
     if indices.shape[0] != t_count:
         raise ValueError(f"indices: expected T = {t_count} rows (q's tokens), got {indices.shape[0]}")
 
@@ -186,11 +140,11 @@ def sparse_mla_attention(q, kv, indices, sm_scale, *, topk_length=None, attn_sin
         raise TypeError(f"sm_scale: expected a finite float, got {sm_scale!r}")
 
     if topk_length is not None:
-        _check_tensor("topk_length", topk_length, dtype=torch.int32, rank=1, device=device)
+        check_tensor("topk_length", topk_length, dtype=torch.int32, rank=1, device=device)
         if topk_length.shape[0] != t_count:
             raise ValueError(f"topk_length: expected shape [{t_count}], got {list(topk_length.shape)}")
     if attn_sink is not None:
-        _check_tensor("attn_sink", attn_sink, dtype=torch.float32, rank=1, device=device)
+        check_tensor("attn_sink", attn_sink, dtype=torch.float32, rank=1, device=device)
         if attn_sink.shape[0] != h_count:
             raise ValueError(f"attn_sink: expected shape [{h_count}] (q's heads), got {list(attn_sink.shape)}")
     if fp8_workspace is not None and not isinstance(fp8_workspace, bool):
@@ -207,7 +161,7 @@ def sparse_mla_attention(q, kv, indices, sm_scale, *, topk_length=None, attn_sin
     if out is None:
         out = torch.empty(t_count, h_count, D_V, dtype=dtype, device=device)
     else:
-        _check_tensor("out", out, dtype=dtype, rank=3, device=device)
+        check_tensor("out", out, dtype=dtype, rank=3, device=device)
         if tuple(out.shape) != (t_count, h_count, D_V):
             raise ValueError(f"out: expected shape {[t_count, h_count, D_V]}, got {list(out.shape)}")
     lse = torch.empty(t_count, h_count, dtype=torch.float32, device=device) if return_lse else None
@@ -217,7 +171,7 @@ def sparse_mla_attention(q, kv, indices, sm_scale, *, topk_length=None, attn_sin
     if fp8 and t_count > 0 and indices.shape[1] > 0 and workspace.wanted(t_count, dtype,
                                                                        fp8_workspace):
         # (the in-kernel path it would replace: sm90's Gluon tiles, where they apply, pay less)
-        gluon = gluon_applies(q_nope, kv, 0 if q_pe is None else q_pe.shape[2], True, _interpreting())
+        gluon = gluon_applies(q_nope, kv, 0 if q_pe is None else q_pe.shape[2], True, interpreting())
         built = workspace.build(kv, indices, topk_length, fp8_cvt, force=fp8_workspace is True,
                                 reuse=workspace.min_reuse(h_count, gluon),
                                 counted_reuse=workspace.min_reuse(h_count, gluon, counted=True),
@@ -246,7 +200,7 @@ def _run(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, out, lse, 
         return
     planned = plan is None
     if planned:
-        gluon = gluon_applies(q_nope, kv, 0 if q_pe is None else q_pe.shape[2], fp8, _interpreting())
+        gluon = gluon_applies(q_nope, kv, 0 if q_pe is None else q_pe.shape[2], fp8, interpreting())
         plan = configs.plan_launch(family, sm_count, fp8_cvt, t_count=t_count, h_count=h_count,
                                    topk=topk, fp8=fp8, gluon=gluon)
     return launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, out,

@@ -8,7 +8,7 @@ from numbers import Integral
 
 import torch
 
-from ..api import _check_tensor, _interpreting, device_traits
+from ..boundary import check_tensor, device_traits, interpreting
 from .flat import launch_mqa_logits
 from .paged import launch_paged_mqa_logits
 from .reference import row_limits
@@ -30,7 +30,7 @@ def _check_head_dim(name, d):
 def _output(out, shape, device):
     if out is None:
         return torch.empty(shape, dtype=torch.float32, device=device)
-    _check_tensor("out", out, dtype=torch.float32, rank=2, device=device)
+    check_tensor("out", out, dtype=torch.float32, rank=2, device=device)
     if tuple(out.shape) != tuple(shape):
         raise ValueError(f"out: expected shape {list(shape)}, got {list(out.shape)}")
     return out
@@ -56,21 +56,21 @@ def mqa_logits(q, k, k_scale, weights, row_starts, row_ends, width, *, out=None)
     Returns:
         ``out``, ``[M, width]`` float32.
     """
-    _check_tensor("q", q, dtype=_FP8, rank=3)
+    check_tensor("q", q, dtype=_FP8, rank=3)
     device = q.device
     m_rows, n_heads, d = q.shape
     _check_head_dim("q", d)
-    _check_tensor("k", k, dtype=_FP8, rank=2, device=device)
+    check_tensor("k", k, dtype=_FP8, rank=2, device=device)
     if k.shape[1] != d:
         raise ValueError(f"k: expected rows of D = {d} values (q's width), got {k.shape[1]}")
-    _check_tensor("k_scale", k_scale, dtype=torch.float32, rank=1, device=device)
+    check_tensor("k_scale", k_scale, dtype=torch.float32, rank=1, device=device)
     if k_scale.shape[0] != k.shape[0]:
         raise ValueError(f"k_scale: expected shape [{k.shape[0]}] (k's rows), got {list(k_scale.shape)}")
-    _check_tensor("weights", weights, dtype=torch.float32, rank=2, device=device)
+    check_tensor("weights", weights, dtype=torch.float32, rank=2, device=device)
     if tuple(weights.shape) != (m_rows, n_heads):
         raise ValueError(f"weights: expected shape {[m_rows, n_heads]}, got {list(weights.shape)}")
     for name, x in (("row_starts", row_starts), ("row_ends", row_ends)):
-        _check_tensor(name, x, dtype=torch.int32, rank=1, device=device)
+        check_tensor(name, x, dtype=torch.int32, rank=1, device=device)
         if x.shape[0] != m_rows:
             raise ValueError(f"{name}: expected shape [{m_rows}] (q's rows), got {list(x.shape)}")
     width = _check_width(width)
@@ -78,7 +78,7 @@ def mqa_logits(q, k, k_scale, weights, row_starts, row_ends, width, *, out=None)
     _, sm_count, fp8_cvt = device_traits(device, "q")
     return launch_mqa_logits(q.view(torch.uint8), k.view(torch.uint8), k_scale, weights, row_starts,
                              row_ends, out, sm_count=sm_count, fp8_cvt=fp8_cvt,
-                             interpret=_interpreting())
+                             interpret=interpreting())
 
 
 def paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, width, *, out=None):
@@ -109,11 +109,11 @@ def paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, width, *,
     Returns:
         ``out``, ``[B * next_n, width]`` float32.
     """
-    _check_tensor("q", q, dtype=_FP8, rank=4)
+    check_tensor("q", q, dtype=_FP8, rank=4)
     device = q.device
     batch, next_n, n_heads, d = q.shape
     _check_head_dim("q", d)
-    _check_tensor("kv_cache", kv_cache, dtype=torch.uint8, rank=4, device=device)
+    check_tensor("kv_cache", kv_cache, dtype=torch.uint8, rank=4, device=device)
     n_blocks, block_size, one, d4 = kv_cache.shape
     if one != 1 or d4 != d + 4:
         raise ValueError(f"kv_cache: expected shape [num_blocks, block_size, 1, {d + 4}] (D = {d} "
@@ -123,16 +123,16 @@ def paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, width, *,
     if n_blocks > 0 and (kv_cache.stride(1) != d4 or kv_cache.stride(0) % 4 or kv_cache.data_ptr() % 4):
         raise ValueError(f"kv_cache: expected contiguous blocks at 4-byte aligned addresses, got "
                          f"strides {kv_cache.stride()}")
-    _check_tensor("weights", weights, dtype=torch.float32, rank=2, device=device)
+    check_tensor("weights", weights, dtype=torch.float32, rank=2, device=device)
     if tuple(weights.shape) != (batch * next_n, n_heads):
         raise ValueError(f"weights: expected shape {[batch * next_n, n_heads]}, got {list(weights.shape)}")
     if not isinstance(context_lens, torch.Tensor) or context_lens.dim() not in (1, 2):
         raise ValueError(f"context_lens: expected a [B] or [B, next_n] int32 tensor, got {context_lens!r}")
-    _check_tensor("context_lens", context_lens, dtype=torch.int32, device=device)
+    check_tensor("context_lens", context_lens, dtype=torch.int32, device=device)
     if context_lens.shape[0] != batch or (context_lens.dim() == 2 and context_lens.shape[1] != next_n):
         raise ValueError(f"context_lens: expected shape [{batch}] or [{batch}, {next_n}], got "
                          f"{list(context_lens.shape)}")
-    _check_tensor("block_tables", block_tables, dtype=torch.int32, rank=2, device=device)
+    check_tensor("block_tables", block_tables, dtype=torch.int32, rank=2, device=device)
     if block_tables.shape[0] != batch:
         raise ValueError(f"block_tables: expected {batch} rows (q's requests), got {block_tables.shape[0]}")
     width = _check_width(width)
@@ -141,4 +141,4 @@ def paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, width, *,
     limits = row_limits(context_lens, next_n).to(torch.int32)
     return launch_paged_mqa_logits(q.view(torch.uint8), kv_cache, weights, limits, block_tables,
                                    out, sm_count=sm_count, fp8_cvt=fp8_cvt,
-                                   interpret=_interpreting())
+                                   interpret=interpreting())

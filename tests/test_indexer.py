@@ -138,6 +138,7 @@ def _paged_problem(g, *, context, next_n, heads, block_size, two_d):
     pytest.param(2, True, 16, 16, (5, 40, 71), 80, id="n2-2d-H16-bs16"),
     pytest.param(3, False, 8, 16, (3, 2, 50), 64, id="n3-H8-bs16-short"),
     pytest.param(4, True, 8, 16, (90, 17), 70, id="n4-2d-width-cuts"),
+    pytest.param(3, True, 64, 64, (70, 130), 192, id="n3-2d-H64-two-row-groups"),
 ])
 def test_paged_mqa_logits(device, next_n, two_d, heads, block_size, context, width):
     g = torch.Generator().manual_seed(next_n * 100 + heads)

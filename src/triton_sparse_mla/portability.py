@@ -161,13 +161,14 @@ def _indexer_variants(cap: int):
     types = {n: "i32" for n in names}
     types.update(q_ptr="*u8", cache_ptr="*u8", w_ptr="*fp32", limits_ptr="*i32",
                  table_ptr="*i32", out_ptr="*fp32")
-    for next_n in (1, 4):
-        k = dict(NEXT_N=next_n, NEXT_N_P2=next_n, H=64, BLOCK_H=64, D=128, BLOCK_SIZE=64,
+    for next_n, heads in ((1, 64), (2, 64), (2, 32), (4, 32)):
+        g, block_h, warps = paged.tile(next_n, heads)
+        k = dict(NEXT_N=next_n, G=g, H=heads, BLOCK_H=block_h, D=128, BLOCK_SIZE=64,
                  FP8_CVT=cvt, INTERPRET=False)
-        yield (f"paged_mqa_logits next_n={next_n}", paged.paged_mqa_logits_kernel, types, k,
+        yield (f"paged_mqa_logits next_n={next_n} H={heads}", paged.paged_mqa_logits_kernel, types, k,
                {n for n in names if n.endswith("_ptr")}
                | {"stride_cb", "stride_qb", "stride_qn", "stride_qh", "stride_wr"},
-               paged.NUM_WARPS, 1)
+               warps, 1)
 
 
 def check_all(families=None) -> list[dict]:

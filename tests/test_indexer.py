@@ -182,7 +182,8 @@ def _flat_args(device):
     (dict(k_scale=torch.ones(9)), ValueError, "k_scale: expected shape [10]"),
     (dict(weights=torch.ones(4, 7)), ValueError, "weights: expected shape [4, 8]"),
     (dict(row_ends=torch.ones(4, dtype=torch.int64)), TypeError, "row_ends: expected dtype torch.int32"),
-    (dict(width=-1), TypeError, "width: expected an int >= 0"),
+    (dict(width=-1), ValueError, "width: expected an int >= 0, got -1"),
+    (dict(width=4.0), TypeError, "width: expected an int >= 0, got 4.0"),
 ])
 def test_mqa_logits_bad_input(device, over, exc, words):
     args = _flat_args(device)

@@ -21,11 +21,23 @@ D = 128
 
 @pytest.fixture
 def deep_gemm(monkeypatch):
-    """vLLM's ``vllm.utils.deep_gemm`` with the three globals restored after the test."""
+    """vLLM's ``vllm.utils.deep_gemm`` with the three globals restored after the test, and its
+    ``_lazy_init`` (which asks the GPU for its capability) recorded instead of run: it sets
+    DeepGEMM's own globals, as it would, only where none is set yet."""
     dg = pytest.importorskip("vllm.utils.deep_gemm")
     for name in indexer_fallback.IMPL_GLOBALS:
         monkeypatch.setattr(dg, name, getattr(dg, name))
-    return dg
+    dg.init_calls = []
+
+    def lazy_init():
+        dg.init_calls.append([getattr(dg, name) for name in indexer_fallback.IMPL_GLOBALS])
+        if all(getattr(dg, name) is None for name in indexer_fallback.IMPL_GLOBALS):
+            for name in indexer_fallback.IMPL_GLOBALS:
+                setattr(dg, name, "DeepGEMM's")
+
+    monkeypatch.setattr(dg, "_lazy_init", lambda: lazy_init())
+    yield dg
+    del dg.init_calls
 
 
 def _ours(dg):
@@ -45,15 +57,16 @@ def _ours(dg):
     ((9, 0), {"TRITON_SPARSE_MLA_INDEXER": "on"}, True),
 ])
 def test_installed_where_deepgemm_has_no_kernels(deep_gemm, capability, environ, served):
-    sentinel = object()
+    """Installed after DeepGEMM's own initialisation ran (so that it still resolves its other
+    calls), once; elsewhere DeepGEMM's calls are left alone."""
     for name in indexer_fallback.IMPL_GLOBALS:
         setattr(deep_gemm, name, None)
-    deep_gemm._fp8_fp4_mqa_logits_impl = sentinel if not served else None
     assert indexer_fallback.install(capability, environ) is served
     assert _ours(deep_gemm) is served
     assert indexer_fallback.install(capability, environ) is served  # idempotent
+    assert deep_gemm.init_calls == ([[None, None, None]] if served else [])
     if not served:
-        assert deep_gemm._fp8_fp4_mqa_logits_impl is sentinel
+        assert [getattr(deep_gemm, n) for n in indexer_fallback.IMPL_GLOBALS] == [None] * 3
 
 
 def test_bad_setting_is_named():

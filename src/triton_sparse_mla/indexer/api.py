@@ -17,8 +17,10 @@ _FP8 = torch.float8_e4m3fn
 
 
 def _check_width(width) -> int:
-    if isinstance(width, bool) or not isinstance(width, Integral) or width < 0:
+    if isinstance(width, bool) or not isinstance(width, Integral):
         raise TypeError(f"width: expected an int >= 0, got {width!r}")
+    if width < 0:
+        raise ValueError(f"width: expected an int >= 0, got {width}")
     return int(width)
 
 

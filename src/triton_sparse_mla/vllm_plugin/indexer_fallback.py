@@ -7,10 +7,11 @@ no kernels below SM90 except SM120's, so on SM8x the engine fails when it captur
 graphs. :func:`install` points those three calls at :mod:`triton_sparse_mla.indexer`.
 
 How: vLLM's wrappers (``vllm.utils.deep_gemm``) look up their implementation in a module
-global at each call (``_fp8_fp4_mqa_logits_impl`` and its two siblings); :func:`install` sets
-those three. It does not run DeepGEMM's ``_lazy_init`` (which would create a CUDA context);
-with one of the globals set, that init resolves nothing else, which costs nothing on SM8x,
-where vLLM uses no other DeepGEMM call (its GEMMs need SM90 or SM100).
+global at each call (``_fp8_fp4_mqa_logits_impl`` and its two siblings); :func:`install` runs
+DeepGEMM's own ``_lazy_init`` first (which resolves every global once, and would resolve
+nothing more after one is set: DeepGEMM's GEMMs, which vLLM uses on SM90/100, stay served),
+then sets those three. It runs where a layer of ours is built, in a worker that already holds
+its GPU (``_lazy_init`` asks the device for its capability).
 
 ``TRITON_SPARSE_MLA_INDEXER``: ``auto`` (default) installs on SM8x only, ``off`` never, ``on``
 on every GPU (to compare with DeepGEMM where it has kernels). Only the fp8 indexer cache
@@ -84,6 +85,11 @@ def install(capability: tuple[int, int], environ=None) -> bool:
                        "indexer is left to DeepGEMM", ", ".join(missing))
         return False
     if getattr(dg, IMPL_GLOBALS[0]) is not _mqa_logits_impl:
+        try:
+            dg._lazy_init()
+        except Exception as exc:  # noqa: BLE001 - DeepGEMM's other calls are not ours to serve
+            logger.warning("triton-sparse-mla: DeepGEMM's initialisation failed (%s: %s); "
+                           "serving the DSA indexer anyway", type(exc).__name__, exc)
         dg._fp8_fp4_mqa_logits_impl = _mqa_logits_impl
         dg._fp8_fp4_paged_mqa_logits_impl = _paged_mqa_logits_impl
         dg._get_paged_mqa_logits_metadata_impl = _paged_mqa_logits_metadata_impl

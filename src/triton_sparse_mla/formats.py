@@ -30,13 +30,15 @@ E4M3_MAX = 448.0
 SCALE_STYLES = ("amax", "pow2")
 
 
-def quantize_fp8_ds_mla(rows: torch.Tensor, scale_style: str = "amax") -> torch.Tensor:
+def quantize_fp8_ds_mla(rows: torch.Tensor, scale_style: str = "amax",
+                        min_scale: float = 0.0) -> torch.Tensor:
     """Quantize latent rows to the 656-byte fp8_ds_mla layout.
 
     Args:
         rows: ``[N, 576]`` floating tensor (bf16, fp16 or fp32), ``[nope 512 | rope 64]``.
         scale_style: ``"amax"`` stores ``amax / 448`` per 128-value tile; ``"pow2"`` stores the
             smallest power of two that is ``>= amax / 448``. Both writers exist in vLLM.
+        min_scale: a floor on ``amax / 448`` before it is rounded (vLLM's Triton writer: 1e-4).
 
     Returns:
         ``[N, 656]`` uint8 on the same device.
@@ -50,7 +52,7 @@ def quantize_fp8_ds_mla(rows: torch.Tensor, scale_style: str = "amax") -> torch.
     n = rows.shape[0]
     nope = rows[:, :D_NOPE].float().reshape(n, FP8_NUM_TILES, FP8_TILE)
     amax = nope.abs().amax(dim=-1).clamp_min(1e-30)  # [N, 4]
-    scale = amax / E4M3_MAX
+    scale = (amax / E4M3_MAX).clamp_min(min_scale)
     if scale_style == "pow2":
         scale = torch.exp2(torch.ceil(torch.log2(scale)))
     q = (nope / scale[:, :, None]).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)

@@ -20,7 +20,7 @@ from vllm.v1.attention.backends.mla.sparse_utils import flat_kv_row_view
 
 from triton_sparse_mla import sparse_mla_attention, warmup
 
-from . import indexer_fallback
+from . import indexer_fallback, sm8x_model_kernels
 from .backend import KV_LORA_RANK, ROPE_DIM, TritonMLASparseBackend
 from .builder import TritonMLASparseMetadata
 from .selection import BACKEND_NAME
@@ -233,11 +233,14 @@ class TritonMLASparseImpl(SparseMLACommonImpl[TritonMLASparseMetadata]):
 def _serve_indexer(topk_indices_buffer: torch.Tensor | None, warm_up: bool) -> None:
     """On a GPU DeepGEMM has no kernels for, the model's DSA indexer scores with ours
     (:mod:`.indexer_fallback`; this backend is the only sparse MLA one there, so every such
-    model builds its layers here), compiled now with ``warm_up``."""
+    model builds its layers here), compiled now with ``warm_up``; below SM89 also the model's
+    fp8 kernels Triton cannot compile there (:mod:`.sm8x_model_kernels`)."""
     if topk_indices_buffer is None or topk_indices_buffer.device.type != "cuda":
         return
     device = topk_indices_buffer.device
-    if indexer_fallback.install(torch.cuda.get_device_capability(device)) and warm_up:
+    capability = torch.cuda.get_device_capability(device)
+    sm8x_model_kernels.install(capability, indexer_fallback.indexer_setting())
+    if indexer_fallback.install(capability) and warm_up:
         hf_config = get_current_vllm_config().model_config.hf_config
         indexer_fallback.warm_up(device, getattr(hf_config, "index_n_heads", None),
                                  getattr(hf_config, "index_head_dim", None))

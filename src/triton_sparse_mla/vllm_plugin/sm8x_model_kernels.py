@@ -1,0 +1,227 @@
+"""DeepSeek-V3.2 / GLM-5 model kernels that Triton cannot compile below SM89, done without
+Triton's fp8 type.
+
+vLLM's DSA attention layer (``vllm.models.deepseek_v32.attention``) runs two fused Triton
+kernels per layer: ``fused_norm_rope`` (norms, rope, and the writes of the indexer K cache and
+of an fp8_ds_mla MLA cache) and ``fused_q`` (query rope; the indexer query's fp8 quantization
+and weights). Both take float8_e4m3fn tensors, and Triton refuses that type below SM89, even as
+an unused argument: on SM80/86 every forward fails. :func:`install` replaces the two names in
+that module (and vLLM's sequence packer's fp8 use, ``pack_seq_triton``, in its indexer):
+
+* ``fused_norm_rope``: vLLM's own kernel still does the norms and rope, but is handed no fp8
+  cache (it then writes the normalised, roped rows it would have cached to outputs it already
+  has, in the model's dtype); the fp8 rows are quantized in PyTorch, whose fp8 conversion runs
+  on any GPU, with vLLM's scales (a power of two per indexer row; per 128-value tile for
+  fp8_ds_mla), and scattered to their slots by :func:`triton_sparse_mla.kernels.scatter.scatter_rows`.
+  One difference from the fused path: the rows are rounded to the model's dtype (bf16) before
+  their fp8 rounding, as vLLM's own context-parallel path does.
+* ``fused_q``: in PyTorch: the interleaved rope of the MLA query's rope part (bf16 queries
+  only: fp8 MLA queries are refused, and this backend never asks for them), and the indexer
+  query's rope (NeoX or interleaved), its fp8 quantization with a power-of-two scale per
+  (token, head) and the weights multiplied by that scale and the two softmax factors.
+
+Installed where a layer of ours is built, below SM89 (or on any GPU with
+``TRITON_SPARSE_MLA_INDEXER=on``, to compare with vLLM's kernels), with the DSA indexer's
+scores (:mod:`.indexer_fallback`).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import logging
+
+import torch
+
+from triton_sparse_mla.formats import E4M3_MAX, quantize_fp8_ds_mla
+from triton_sparse_mla.kernels.scatter import scatter_rows
+
+logger = logging.getLogger("vllm.plugins.triton_sparse_mla")
+
+ATTENTION_MODULE = "vllm.models.deepseek_v32.attention"
+INDEXER_MODULE = "vllm.model_executor.layers.sparse_attn_indexer"
+# vLLM's floors before a scale is rounded up to a power of two: on the amax of an indexer row,
+# and on the scale of an fp8_ds_mla tile.
+INDEXER_MIN_AMAX = 1e-4
+DS_MLA_MIN_SCALE = 1e-4
+_MARK = "_triton_sparse_mla_sm8x"
+_FP8 = torch.float8_e4m3fn
+
+
+def needs_model_kernels(capability: tuple[int, int]) -> bool:
+    """Whether Triton lacks the fp8 type vLLM's DSA kernels use: below SM89."""
+    return capability < (8, 9)
+
+
+def install(capability: tuple[int, int], setting: str) -> bool:
+    """Replace vLLM's fp8 DSA model kernels below SM89 (``setting`` ``auto``), or on any GPU
+    (``on``); returns whether ours serve. Idempotent."""
+    if setting == "off" or (setting == "auto" and not needs_model_kernels(capability)):
+        return False
+    try:
+        attention = importlib.import_module(ATTENTION_MODULE)
+        indexer = importlib.import_module(INDEXER_MODULE)
+        targets = [(attention, "fused_norm_rope", _fused_norm_rope),
+                   (attention, "fused_q", _fused_q),
+                   (indexer, "pack_seq_triton", _pack_seq)]
+        originals = [getattr(module, name) for module, name, _ in targets]
+    except (ImportError, AttributeError) as exc:
+        logger.warning("triton-sparse-mla: cannot replace vLLM's fp8 DSA kernels (%s); the "
+                       "model will fail below SM89", exc)
+        return False
+    for (module, name, make), original in zip(targets, originals):
+        if not getattr(original, _MARK, False):
+            replacement = make(original)
+            setattr(replacement, _MARK, True)
+            setattr(module, name, replacement)
+    logger.info("triton-sparse-mla: vLLM's fp8 DSA kernels (fused_norm_rope, fused_q) replaced "
+                "on sm_%d%d", *capability)
+    return True
+
+
+# --- scales and rope (PyTorch) ----------------------------------------------------------
+
+
+def ue8m0_scale(amax: torch.Tensor) -> torch.Tensor:
+    """vLLM's power-of-two scale for an indexer row: ``2^ceil(log2(max(amax, 1e-4) / 448))``."""
+    return torch.exp2(torch.ceil(torch.log2(amax.clamp_min(INDEXER_MIN_AMAX) / E4M3_MAX)))
+
+
+def quantize_rows_ue8m0(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x [..., D]`` to ``(float8_e4m3fn [..., D], fp32 scales [...])``, one power-of-two
+    scale per row."""
+    x = x.float()
+    scale = ue8m0_scale(x.abs().amax(dim=-1))
+    return (x / scale[..., None]).to(_FP8), scale
+
+
+def _cos_sin(cos_sin_cache: torch.Tensor, positions: torch.Tensor):
+    """``(cos, sin)`` fp32 ``[T, half]`` at ``positions`` from vLLM's ``[max_pos, 2 half]``."""
+    rows = cos_sin_cache.index_select(0, positions).float()
+    half = rows.shape[-1] // 2
+    return rows[:, :half], rows[:, half:]
+
+
+def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleave: bool) -> torch.Tensor:
+    """Rotate the first ``2 half`` values of ``x [..., D]`` (fp32); ``cos``/``sin`` broadcast to
+    ``[..., half]``. Pairs are neighbours (``interleave``) or ``half`` apart (NeoX)."""
+    half = cos.shape[-1]
+    out = x.clone()
+    if interleave:
+        x1, x2 = x[..., 0:2 * half:2], x[..., 1:2 * half:2]
+        out[..., 0:2 * half:2] = x1 * cos - x2 * sin
+        out[..., 1:2 * half:2] = x2 * cos + x1 * sin
+    else:
+        x1, x2 = x[..., :half], x[..., half:2 * half]
+        out[..., :half] = x1 * cos - x2 * sin
+        out[..., half:2 * half] = x2 * cos + x1 * sin
+    return out
+
+
+# --- the cache writers -------------------------------------------------------------------
+
+
+def write_indexer_k(rows: torch.Tensor, cache: torch.Tensor, slots: torch.Tensor) -> None:
+    """Quantize ``rows [T, D]`` and write them to vLLM's indexer K cache ``[blocks, block_size,
+    D + 4]`` uint8 (a block's values, then its fp32 scales) at ``slots``."""
+    values, scale = quantize_rows_ue8m0(rows)
+    u8 = cache.view(torch.uint8)
+    block_size, d = u8.shape[1], rows.shape[-1]
+    geometry = dict(block_size=block_size, block_stride=u8.stride(0))
+    scatter_rows(values.view(torch.uint8), u8, slots, row_stride=d, **geometry)
+    scatter_rows(scale.contiguous().view(torch.uint8).reshape(-1, 4), u8, slots, row_stride=4,
+                 offset=block_size * d, **geometry)
+
+
+def write_fp8_ds_mla(kv_c: torch.Tensor, k_pe: torch.Tensor, cache: torch.Tensor,
+                     slots: torch.Tensor) -> None:
+    """Quantize ``[kv_c [T, 512] | k_pe [T, 64]]`` to fp8_ds_mla rows (vLLM's power-of-two tile
+    scales) and write them to the MLA cache ``[blocks, block_size, 656]`` at ``slots``."""
+    packed = quantize_fp8_ds_mla(torch.cat([kv_c, k_pe], dim=-1), "pow2", min_scale=DS_MLA_MIN_SCALE)
+    u8 = cache.view(torch.uint8)
+    scatter_rows(packed, u8, slots, block_size=u8.shape[1], block_stride=u8.stride(0),
+                 row_stride=u8.stride(1))
+
+
+# --- the replacements ----------------------------------------------------------------------
+
+
+def _fused_norm_rope(original):
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def fused_norm_rope(*args, **kwargs):
+        call = signature.bind(*args, **kwargs)
+        call.apply_defaults()
+        a = call.arguments
+        split_k = a["has_indexer"] and a["indexer_k_cache"] is not None
+        split_mla = a["mla_kv_cache"] is not None and a["mla_kv_cache_dtype"] == "fp8_ds_mla"
+        if not (split_k or split_mla):
+            return original(**a)
+        k_cache, k_slots = a["indexer_k_cache"], a["indexer_slot_mapping"]
+        mla_cache, mla_slots = a["mla_kv_cache"], a["slot_mapping"]
+        if k_slots is None:
+            k_slots = mla_slots
+        if split_k:
+            a["indexer_k_cache"] = None
+            if a["index_k_out"] is None:
+                a["index_k_out"] = torch.empty_like(a["index_k"])
+        if split_mla:
+            a["mla_kv_cache"] = None
+            for out, src in (("kv_c_out", "kv_c"), ("k_pe_out", "k_pe")):
+                if a[out] is None:
+                    a[out] = torch.empty_like(a[src])
+        q_c_out = original(**a)
+        if split_k:
+            write_indexer_k(a["index_k_out"], k_cache, k_slots)
+        if split_mla:
+            write_fp8_ds_mla(a["kv_c_out"], a["k_pe_out"], mla_cache, mla_slots)
+        return q_c_out
+
+    return fused_norm_rope
+
+
+def _fused_q(original):
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def fused_q(*args, **kwargs):
+        call = signature.bind(*args, **kwargs)
+        call.apply_defaults()
+        a = call.arguments
+        if a["quantize_mqa"]:
+            raise NotImplementedError("triton-sparse-mla: fp8 MLA queries (quantize_mqa) below "
+                                      "SM89 are not supported; TRITON_MLA_SPARSE takes bf16 queries")
+        q_pe, positions = a["q_pe"], a["positions"]
+        cos, sin = _cos_sin(a["q_pe_cos_sin_cache"], positions)
+        q_pe_out = rope(q_pe.float(), cos[:, None], sin[:, None], interleave=True).to(q_pe.dtype)
+        if not a["has_indexer"] or a["index_q"] is None:
+            # (shared layers: vLLM's placeholders, which its callers do not read)
+            return (torch.empty(1, 1, 1, dtype=_FP8, device=q_pe.device),
+                    torch.empty(1, 1, dtype=torch.float32, device=q_pe.device), q_pe_out)
+        cos, sin = _cos_sin(a["index_q_cos_sin_cache"], positions)
+        index_q = rope(a["index_q"].float(), cos[:, None], sin[:, None], a["index_rope_interleave"])
+        index_q_fp8, scale = quantize_rows_ue8m0(index_q)
+        weights = (a["index_weights"].float() * scale * a["index_weights_softmax_scale"]
+                   * a["index_weights_head_scale"])
+        return index_q_fp8, weights, q_pe_out
+
+    return fused_q
+
+
+def _pack_seq(original):
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def pack_seq_triton(*args, **kwargs):
+        """fp8 queries packed as bytes, padded with 0 (vLLM's pads are masked by the rows'
+        lengths downstream, as its comment there says)."""
+        call = signature.bind(*args, **kwargs)
+        a = call.arguments
+        if a["x"].dtype != _FP8:
+            return original(*args, **kwargs)
+        a["x"], a["pad_value"] = a["x"].view(torch.uint8), 0
+        return original(**a).view(_FP8)
+
+    return pack_seq_triton

@@ -3,7 +3,8 @@
 For each architecture family in :data:`configs.CONFIGS` and each compile target of that family,
 the main kernel is compiled (both formats, final and partial outputs, with and without rope;
 on SM90 also the Gluon kernel of tiles that name it), and so are the combine kernel, the
-fp8 prefill workspace's kernels and the DSA indexer's score kernels; the shared memory each needs is compared with the family's
+fp8 prefill workspace's kernels, the DSA indexer's score kernels and the paged cache
+writer; the shared memory each needs is compared with the family's
 limit.
 Pointer and stride arguments are hinted divisible by 16, as real launches specialise them, so
 the software pipeline (and its shared memory) is the one a real launch gets.
@@ -171,6 +172,17 @@ def _indexer_variants(cap: int):
                warps, 1)
 
 
+def _scatter_variant():
+    """The paged cache writer the vLLM plugin uses below SM89 (kernels/scatter.py)."""
+    from .kernels.scatter import scatter_rows_kernel
+
+    names = _jit_fn(scatter_rows_kernel).arg_names
+    types = {n: "i32" for n in names}
+    types.update(src_ptr="*u8", dst_ptr="*u8", slot_ptr="*i64")
+    return ("scatter_rows W=656", scatter_rows_kernel, types, dict(WIDTH=656, BLOCK_W=1024),
+            {"src_ptr", "dst_ptr", "slot_ptr"}, 4, 1)
+
+
 def check_all(families=None) -> list[dict]:
     """Compile everything; return one record per (family, target, config, variant)."""
     records = []
@@ -192,6 +204,7 @@ def check_all(families=None) -> list[dict]:
             jobs.append(("combine", _combine_variant()))
             jobs.extend(("workspace", v) for v in _workspace_variants(cap))
             jobs.extend(("indexer", v) for v in _indexer_variants(cap))
+            jobs.append(("scatter", _scatter_variant()))
             for key, (label, kernel, types, constexprs, divisible, warps, stages) in jobs:
                 rec = dict(family=family, target=f"sm{cap}", config=key, variant=label,
                            num_warps=warps, num_stages=stages, limit=limit)

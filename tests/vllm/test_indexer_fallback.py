@@ -162,7 +162,7 @@ def test_warm_up_compiles_once_per_geometry(monkeypatch):
 
 @pytest.mark.parametrize("capability, environ, phrase", [
     ((8, 9), {}, "triton_sparse_mla.indexer (DeepGEMM has no kernels here)"),
-    ((8, 0), {}, "also vLLM's fp8 kernels of the DSA layers"),
+    ((8, 0), {}, "vLLM's fp8 kernels of the DSA layers (fused_norm_rope, fused_q)"),
     ((8, 9), {"TRITON_SPARSE_MLA_INDEXER": "off"}, "DSA models fail"),
     ((9, 0), {}, "DeepGEMM"),
 ])

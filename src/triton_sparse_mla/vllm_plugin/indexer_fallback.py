@@ -59,8 +59,8 @@ def describe(capability: tuple[int, int], environ=None) -> str:
     if setting == "on" or (setting == "auto" and needs_fallback(capability)):
         why = "" if setting == "on" else " (DeepGEMM has no kernels here)"
         if capability < (8, 9):
-            why += ("; below SM89 also vLLM's fp8 kernels of the DSA layers (fused_norm_rope, "
-                    "fused_q), which Triton cannot compile there")
+            why += ("; below SM89 vLLM's fp8 kernels of the DSA layers (fused_norm_rope, "
+                    "fused_q), which Triton cannot compile there, are replaced too")
         return "triton_sparse_mla.indexer" + why
     if needs_fallback(capability):
         return f"DeepGEMM, which has no kernels here ({INDEXER_ENV}=off): DSA models fail"

@@ -46,6 +46,15 @@ def _problem(fmt, d_qk, dtype, t, h, k, n, device, seed):
     return [x.to(device) for x in (q, kv, idx, lengths, sink)]
 
 
+def _timed(call, device: torch.device):
+    """``(call(), seconds)``, the device synchronized before the clock stops."""
+    start = time.perf_counter()
+    result = call()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return result, time.perf_counter() - start
+
+
 def run_check(device: torch.device, *, verbose=print) -> bool:
     """Run every geometry at the device's sizes; print one verdict each; True if all passed."""
     on_gpu = device.type == "cuda"
@@ -65,17 +74,13 @@ def run_check(device: torch.device, *, verbose=print) -> bool:
         for size_label, t, h, k, n in sizes:
             q, kv, idx, lengths, sink = _problem(fmt, d_qk, dtype, t, h, k, n, device, seed=t + h)
             scale = d_qk ** -0.5
-            start = time.perf_counter()
             try:
-                out, lse = sparse_mla_attention(q, kv, idx, scale, topk_length=lengths,
-                                                attn_sink=sink, return_lse=True)
-                if on_gpu:
-                    torch.cuda.synchronize(device)
+                (out, lse), elapsed = _timed(lambda: sparse_mla_attention(
+                    q, kv, idx, scale, topk_length=lengths, attn_sink=sink, return_lse=True), device)
             except Exception as exc:  # the verdict line reports it; the exit status says failed
                 verbose(f"FAIL  {label:28} {size_label:8} raised {type(exc).__name__}: {exc}")
                 all_ok = False
                 continue
-            elapsed = time.perf_counter() - start
             ref_out, ref_lse = sparse_mla_reference(q, kv, idx, scale, topk_length=lengths,
                                                     attn_sink=sink)
             out64 = out.double().cpu()
@@ -89,7 +94,7 @@ def run_check(device: torch.device, *, verbose=print) -> bool:
     return _check_indexer(device, verbose) and all_ok
 
 
-def _indexer_problems(on_gpu: bool, device: torch.device):
+def _indexer_problems(on_gpu: bool):
     """``(label, function, args, reference args)``: a causal prefill chunk of two requests and
     a decode batch of requests with one draft token each (2-D lengths, as vLLM passes them)."""
     g = torch.Generator().manual_seed(7)
@@ -117,17 +122,14 @@ def _indexer_problems(on_gpu: bool, device: torch.device):
 def _check_indexer(device: torch.device, verbose) -> bool:
     """The indexer's two score kernels against their float64 reference; True if both passed."""
     all_ok = True
-    for label, fn, reference, args in _indexer_problems(device.type == "cuda", device):
-        start = time.perf_counter()
+    for label, fn, reference, args in _indexer_problems(device.type == "cuda"):
         try:
-            got = fn(*[x.to(device) if isinstance(x, torch.Tensor) else x for x in args])
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
+            got, elapsed = _timed(
+                lambda: fn(*[x.to(device) if isinstance(x, torch.Tensor) else x for x in args]), device)
         except Exception as exc:  # the verdict line reports it; the exit status says failed
             verbose(f"FAIL  {label:37} raised {type(exc).__name__}: {exc}")
             all_ok = False
             continue
-        elapsed = time.perf_counter() - start
         ref = reference(*args)
         valid = torch.isfinite(ref)
         got = got.double().cpu()[valid]

@@ -147,81 +147,76 @@ def write_fp8_ds_mla(kv_c: torch.Tensor, k_pe: torch.Tensor, cache: torch.Tensor
 # --- the replacements ----------------------------------------------------------------------
 
 
-def _fused_norm_rope(original):
-    signature = inspect.signature(original)
+def _by_name(body):
+    """Make ``body(original, arguments)`` a replacement of ``original`` that takes the same
+    call (``arguments``: every parameter by name, defaults filled in)."""
 
-    @functools.wraps(original)
-    def fused_norm_rope(*args, **kwargs):
-        call = signature.bind(*args, **kwargs)
-        call.apply_defaults()
-        a = call.arguments
-        split_k = a["has_indexer"] and a["indexer_k_cache"] is not None
-        split_mla = a["mla_kv_cache"] is not None and a["mla_kv_cache_dtype"] == "fp8_ds_mla"
-        if not (split_k or split_mla):
-            return original(**a)
-        k_cache, k_slots = a["indexer_k_cache"], a["indexer_slot_mapping"]
-        mla_cache, mla_slots = a["mla_kv_cache"], a["slot_mapping"]
-        if k_slots is None:
-            k_slots = mla_slots
-        if split_k:
-            a["indexer_k_cache"] = None
-            if a["index_k_out"] is None:
-                a["index_k_out"] = torch.empty_like(a["index_k"])
-        if split_mla:
-            a["mla_kv_cache"] = None
-            for out, src in (("kv_c_out", "kv_c"), ("k_pe_out", "k_pe")):
-                if a[out] is None:
-                    a[out] = torch.empty_like(a[src])
-        q_c_out = original(**a)
-        if split_k:
-            write_indexer_k(a["index_k_out"], k_cache, k_slots)
-        if split_mla:
-            write_fp8_ds_mla(a["kv_c_out"], a["k_pe_out"], mla_cache, mla_slots)
-        return q_c_out
+    def make(original):
+        signature = inspect.signature(original)
 
-    return fused_norm_rope
+        @functools.wraps(original)
+        def replacement(*args, **kwargs):
+            call = signature.bind(*args, **kwargs)
+            call.apply_defaults()
+            return body(original, call.arguments)
+
+        return replacement
+
+    return make
 
 
-def _fused_q(original):
-    signature = inspect.signature(original)
+@_by_name
+def _fused_norm_rope(original, a):
+    split_k = a["has_indexer"] and a["indexer_k_cache"] is not None
+    split_mla = a["mla_kv_cache"] is not None and a["mla_kv_cache_dtype"] == "fp8_ds_mla"
+    if not (split_k or split_mla):
+        return original(**a)
+    k_cache, k_slots = a["indexer_k_cache"], a["indexer_slot_mapping"]
+    mla_cache, mla_slots = a["mla_kv_cache"], a["slot_mapping"]
+    if k_slots is None:
+        k_slots = mla_slots
+    if split_k:
+        a["indexer_k_cache"] = None
+        if a["index_k_out"] is None:
+            a["index_k_out"] = torch.empty_like(a["index_k"])
+    if split_mla:
+        a["mla_kv_cache"] = None
+        for out, src in (("kv_c_out", "kv_c"), ("k_pe_out", "k_pe")):
+            if a[out] is None:
+                a[out] = torch.empty_like(a[src])
+    q_c_out = original(**a)
+    if split_k:
+        write_indexer_k(a["index_k_out"], k_cache, k_slots)
+    if split_mla:
+        write_fp8_ds_mla(a["kv_c_out"], a["k_pe_out"], mla_cache, mla_slots)
+    return q_c_out
 
-    @functools.wraps(original)
-    def fused_q(*args, **kwargs):
-        call = signature.bind(*args, **kwargs)
-        call.apply_defaults()
-        a = call.arguments
-        if a["quantize_mqa"]:
-            raise NotImplementedError("triton-sparse-mla: fp8 MLA queries (quantize_mqa) below "
-                                      "SM89 are not supported; TRITON_MLA_SPARSE takes bf16 queries")
-        q_pe, positions = a["q_pe"], a["positions"]
-        cos, sin = _cos_sin(a["q_pe_cos_sin_cache"], positions)
-        q_pe_out = rope(q_pe.float(), cos[:, None], sin[:, None], interleave=True).to(q_pe.dtype)
-        if not a["has_indexer"] or a["index_q"] is None:
-            # (shared layers: vLLM's placeholders, which its callers do not read)
-            return (torch.empty(1, 1, 1, dtype=_FP8, device=q_pe.device),
-                    torch.empty(1, 1, dtype=torch.float32, device=q_pe.device), q_pe_out)
-        cos, sin = _cos_sin(a["index_q_cos_sin_cache"], positions)
-        index_q = rope(a["index_q"].float(), cos[:, None], sin[:, None], a["index_rope_interleave"])
-        index_q_fp8, scale = quantize_rows_ue8m0(index_q)
-        weights = (a["index_weights"].float() * scale * a["index_weights_softmax_scale"]
-                   * a["index_weights_head_scale"])
-        return index_q_fp8, weights, q_pe_out
 
-    return fused_q
+@_by_name
+def _fused_q(original, a):
+    if a["quantize_mqa"]:
+        raise NotImplementedError("triton-sparse-mla: fp8 MLA queries (quantize_mqa) below "
+                                  "SM89 are not supported; TRITON_MLA_SPARSE takes bf16 queries")
+    q_pe, positions = a["q_pe"], a["positions"]
+    cos, sin = _cos_sin(a["q_pe_cos_sin_cache"], positions)
+    q_pe_out = rope(q_pe.float(), cos[:, None], sin[:, None], interleave=True).to(q_pe.dtype)
+    if not a["has_indexer"] or a["index_q"] is None:
+        # (shared layers: vLLM's placeholders, which its callers do not read)
+        return (torch.empty(1, 1, 1, dtype=_FP8, device=q_pe.device),
+                torch.empty(1, 1, dtype=torch.float32, device=q_pe.device), q_pe_out)
+    cos, sin = _cos_sin(a["index_q_cos_sin_cache"], positions)
+    index_q = rope(a["index_q"].float(), cos[:, None], sin[:, None], a["index_rope_interleave"])
+    index_q_fp8, scale = quantize_rows_ue8m0(index_q)
+    weights = (a["index_weights"].float() * scale * a["index_weights_softmax_scale"]
+               * a["index_weights_head_scale"])
+    return index_q_fp8, weights, q_pe_out
 
 
-def _pack_seq(original):
-    signature = inspect.signature(original)
-
-    @functools.wraps(original)
-    def pack_seq_triton(*args, **kwargs):
-        """fp8 queries packed as bytes, padded with 0 (vLLM's pads are masked by the rows'
-        lengths downstream, as its comment there says)."""
-        call = signature.bind(*args, **kwargs)
-        a = call.arguments
-        if a["x"].dtype != _FP8:
-            return original(*args, **kwargs)
-        a["x"], a["pad_value"] = a["x"].view(torch.uint8), 0
-        return original(**a).view(_FP8)
-
-    return pack_seq_triton
+@_by_name
+def _pack_seq(original, a):
+    """fp8 queries packed as bytes, padded with 0 (vLLM's pads are masked by the rows' lengths
+    downstream, as its comment there says); other dtypes unchanged."""
+    if a["x"].dtype != _FP8:
+        return original(**a)
+    a["x"], a["pad_value"] = a["x"].view(torch.uint8), 0
+    return original(**a).view(_FP8)

@@ -95,7 +95,7 @@ def run_check(device: torch.device, *, verbose=print) -> bool:
 
 
 def _indexer_problems(on_gpu: bool):
-    """``(label, function, args, reference args)``: a causal prefill chunk of two requests and
+    """``(label, function, its float64 reference, arguments)``: a causal prefill chunk of two requests and
     a decode batch of requests with one draft token each (2-D lengths, as vLLM passes them)."""
     g = torch.Generator().manual_seed(7)
     heads, d = (64, 128) if on_gpu else (8, 128)

@@ -95,8 +95,9 @@ def run_check(device: torch.device, *, verbose=print) -> bool:
 
 
 def _indexer_problems(on_gpu: bool):
-    """``(label, function, its float64 reference, arguments)``: a causal prefill chunk of two requests and
-    a decode batch of requests with one draft token each (2-D lengths, as vLLM passes them)."""
+    """``(label, function, its float64 reference, arguments)``: a causal prefill chunk of two
+    requests and a decode batch of requests with one draft token each (2-D lengths, as vLLM
+    passes them)."""
     g = torch.Generator().manual_seed(7)
     heads, d = (64, 128) if on_gpu else (8, 128)
     fp8 = lambda *shape: (torch.randn(*shape, generator=g) * 2).to(torch.float8_e4m3fn)  # noqa: E731

@@ -120,7 +120,8 @@ def test_fused_norm_rope_matches_vllms(mla_dtype, interleave):
     assert torch.equal(q_ours, q_ref)
     assert torch.equal(ours["topk_indices_buffer"], ref["topk_indices_buffer"])
     # the normed, roped indexer keys in bf16, as the replacement quantizes them
-    truth = dict(_fresh(args), indexer_k_cache=None, mla_kv_cache=None, index_k_out=torch.empty_like(args["index_k"]))
+    truth = dict(_fresh(args), indexer_k_cache=None, mla_kv_cache=None,
+                 index_k_out=torch.empty_like(args["index_k"]))
     K.fused_norm_rope(**truth)
     keys, scales = unpack_indexer_k_cache(ours["indexer_k_cache"][:, :, None])
     keys_ref, scales_ref = unpack_indexer_k_cache(ref["indexer_k_cache"][:, :, None])
@@ -236,7 +237,8 @@ def modules(monkeypatch):
 
     attention = importlib.import_module(sm8x.ATTENTION_MODULE)
     indexer = importlib.import_module(sm8x.INDEXER_MODULE)
-    for module, name in ((attention, "fused_norm_rope"), (attention, "fused_q"), (indexer, "pack_seq_triton")):
+    for module, name in ((attention, "fused_norm_rope"), (attention, "fused_q"),
+                         (indexer, "pack_seq_triton")):
         monkeypatch.setattr(module, name, getattr(module, name))
     return attention, indexer
 

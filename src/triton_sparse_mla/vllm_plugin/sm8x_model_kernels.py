@@ -70,13 +70,15 @@ def install(capability: tuple[int, int], setting: str) -> bool:
         logger.warning("triton-sparse-mla: cannot replace vLLM's fp8 DSA kernels (%s); the "
                        "model will fail below SM89", exc)
         return False
-    for (module, name, make), original in zip(targets, originals):
-        if not getattr(original, _MARK, False):
-            replacement = make(original)
-            setattr(replacement, _MARK, True)
-            setattr(module, name, replacement)
-    logger.info("triton-sparse-mla: vLLM's fp8 DSA kernels (fused_norm_rope, fused_q) replaced "
-                "on sm_%d%d", *capability)
+    fresh = [(t, original) for t, original in zip(targets, originals)
+             if not getattr(original, _MARK, False)]
+    for (module, name, make), original in fresh:
+        replacement = make(original)
+        setattr(replacement, _MARK, True)
+        setattr(module, name, replacement)
+    if fresh:
+        logger.info("triton-sparse-mla: vLLM's fp8 DSA kernels (fused_norm_rope, fused_q) "
+                    "replaced on sm_%d%d", *capability)
     return True
 
 

@@ -14,7 +14,6 @@ converted once for all heads; a query tile once per key tile. No workspace: vLLM
 profile does not count one.
 """
 
-import torch
 import triton
 import triton.language as tl
 

@@ -126,7 +126,8 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleave: bool
 
 def write_indexer_k(rows: torch.Tensor, cache: torch.Tensor, slots: torch.Tensor) -> None:
     """Quantize ``rows [T, D]`` and write them to vLLM's indexer K cache ``[blocks, block_size,
-    D + 4]`` uint8 (a block's values, then its fp32 scales) at ``slots``."""
+    D + 4]`` uint8 at ``slots``, in the layout of :mod:`triton_sparse_mla.indexer.cache_layout`
+    (a block's values, then its fp32 scales)."""
     values, scale = quantize_rows_ue8m0(rows)
     u8 = cache.view(torch.uint8)
     block_size, d = u8.shape[1], rows.shape[-1]

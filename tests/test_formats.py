@@ -1,4 +1,4 @@
-"""fp8_ds_mla packing: layout, both scale styles, and the kernels' integer e4m3 decoder."""
+"""fp8_ds_mla packing: layout, both scale styles, and the kernels' e4m3 decoders."""
 
 import pytest
 import torch
@@ -7,7 +7,9 @@ import triton.language as tl
 
 from triton_sparse_mla.formats import (FP8_ROW_BYTES, dequantize_fp8_ds_mla, quantize_fp8_ds_mla,
                                        row_format)
-from triton_sparse_mla.kernels.common import e4m3_to_f32
+from triton_sparse_mla import configs
+from triton_sparse_mla.boundary import interpreting
+from triton_sparse_mla.kernels.common import e4m3_to_f16, e4m3_to_f32, e4m3_unit, e4m3_words_to_f16
 
 
 @pytest.mark.parametrize("style", ["amax", "pow2"])
@@ -41,16 +43,36 @@ def test_row_format_errors():
 
 
 @triton.jit
-def _decode_kernel(x_ptr, y_ptr, N: tl.constexpr):
-    o = tl.arange(0, N)
-    tl.store(y_ptr + o, e4m3_to_f32(tl.load(x_ptr + o), 0))
+def _decode_kernel(x_ptr, y_ptr, FP8_CVT: tl.constexpr, INTERPRET: tl.constexpr):
+    """Every way the kernels decode 256 bytes, one row of ``y`` [5, 256] fp32 each: bytes to
+    fp32, to fp16, to fp16 without the unit and the unit applied to a scale of 1, words."""
+    o = tl.arange(0, 256)
+    b_x = tl.load(x_ptr + o)
+    tl.store(y_ptr + o, e4m3_to_f32(b_x, FP8_CVT))
+    tl.store(y_ptr + 256 + o, e4m3_to_f16(b_x, FP8_CVT).to(tl.float32))
+    b_one = tl.full([256], 1.0, tl.float32)
+    tl.store(y_ptr + 512 + o, e4m3_to_f32(b_x, FP8_CVT, False) * e4m3_unit(b_one, FP8_CVT))
+    o_w = tl.arange(0, 64)
+    b_w = tl.load(x_ptr.to(tl.pointer_type(tl.int32)) + o_w)  # the same bytes, 4 per word
+    b_v = e4m3_words_to_f16(tl.reshape(b_w, [1, 64]), FP8_CVT, INTERPRET)
+    tl.store(y_ptr + 768 + o, tl.reshape(b_v, [256]).to(tl.float32))
+    b_v = e4m3_words_to_f16(tl.reshape(b_w, [1, 64]), FP8_CVT, INTERPRET, False)
+    b_u = tl.reshape(b_v, [256]).to(tl.float32) * e4m3_unit(b_one, FP8_CVT)
+    tl.store(y_ptr + 1024 + o, b_u)
 
 
-def test_integer_e4m3_decoder_matches_torch(device):
-    """All 256 byte values except the two NaN patterns decode exactly as torch does."""
+@pytest.mark.parametrize("level", [0, 1], ids=["integer", "hardware"])
+def test_e4m3_decoders_match_torch(level, device):
+    """All 256 byte values except the two NaN patterns decode exactly as torch does, through
+    each decoder and form the kernels use (bytes or words, with the unit or folded into a
+    scale), by integer decoding (SM80/86, the interpreter; on a newer GPU too) and by the
+    hardware conversion (SM89 and newer)."""
+    if level > 0 and (device.type != "cuda" or configs.fp8_cvt_level(torch.cuda.get_device_capability(device)) < level):
+        pytest.skip("this conversion needs a newer GPU")
     raw = torch.arange(256, dtype=torch.int32).to(torch.uint8)
     want = raw.view(torch.float8_e4m3fn).float()
-    got = torch.empty(256, dtype=torch.float32, device=device)
-    _decode_kernel[(1,)](raw.to(device), got, N=256)
+    got = torch.full((5, 256), float("nan"), dtype=torch.float32, device=device)
+    _decode_kernel[(1,)](raw.to(device), got, FP8_CVT=level, INTERPRET=interpreting())
     finite = ~torch.isnan(want)
-    assert torch.equal(got.cpu()[finite], want[finite])
+    for form, row in zip(("f32", "f16", "f32 unit folded", "words", "words unit folded"), got.cpu()):
+        assert torch.equal(row[finite], want[finite]), form

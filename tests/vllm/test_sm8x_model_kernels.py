@@ -179,7 +179,7 @@ PROBE = textwrap.dedent(r"""
     TYPES = {torch.bfloat16: "bf16", torch.float32: "fp32", torch.int32: "i32", torch.int64: "i64",
              torch.uint8: "u8", torch.float8_e4m3fn: "fp8e4nv", torch.float16: "fp16"}
 
-    def compile_for_sm80(args, kwargs):
+    def compile_for_sm80(args, kwargs, kernel=kernel):
         fn = kernel if hasattr(kernel, "arg_names") else kernel.fn
         values = dict(zip(fn.arg_names, args)) | kwargs
         signature, constexprs = {}, {}
@@ -212,13 +212,27 @@ PROBE = textwrap.dedent(r"""
             except Stop:
                 pass
             out[f"{name}/{dtype}"] = compile_for_sm80(*launches[0])
+
+    # vLLM's sequence packer, compiled at start-up for the key its indexer registers
+    from vllm.v1.attention.ops.common import _PACK_SEQ_TRITON_KERNEL as packer
+    keys = {"vllm": packer.get_warmup_keys}
+    keys["ours"] = sm8x._pack_warmup_keys(packer.get_warmup_keys)
+    for name, get_keys in keys.items():
+        (key,) = get_keys(dtype=torch.float8_e4m3fn, pad_value=-float("inf"))
+        x = torch.empty(1, dtype=key.dtype)
+        launch = dict(x_ptr=x, out_ptr=x, lengths_ptr=torch.empty(1, dtype=torch.int32), N=1, D=1,
+                      Lmax=1, PAD_VALUE=key.pad_value, PAD_IS_UINT8=key.pad_is_uint8,
+                      BLOCK_T=key.block_t, BLOCK_D=key.block_d)
+        out[f"{name}/packer"] = compile_for_sm80((), launch, packer.kernel)
     json.dump(out, open(sys.argv[1], "w"))
 """)
 
 
 def test_vllms_kernel_compiles_for_sm80_as_called(tmp_path):
     """Called as the replacement calls it (no fp8 cache), vLLM's kernel compiles for sm80; its
-    fused form does not (fp8 tensors, which Triton refuses below SM89)."""
+    fused form does not (fp8 tensors, which Triton refuses below SM89). The same for the
+    sequence packer's start-up compile that vLLM's indexer registers (fp8) and the one the
+    replacement registers instead (bytes)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     out = tmp_path / "probe.json"
     proc = subprocess.run([sys.executable, "-c", PROBE, str(out), os.path.dirname(__file__)], env=env,
@@ -228,39 +242,61 @@ def test_vllms_kernel_compiles_for_sm80_as_called(tmp_path):
     assert result["ours/auto"] == "ok" and result["ours/fp8_ds_mla"] == "ok", result
     assert "fp8e4nv not supported" in result["vllm/auto"], result
     assert "fp8e4nv not supported" in result["vllm/fp8_ds_mla"], result
+    assert result["ours/packer"] == "ok" and "fp8e4nv not supported" in result["vllm/packer"], result
 
 
 @pytest.fixture
 def modules(monkeypatch):
-    """vLLM's DSA attention and indexer modules, their three names restored after the test."""
+    """vLLM's DSA attention and indexer modules and its sequence packer, the four names the
+    replacements take restored after the test."""
     import importlib
 
     attention = importlib.import_module(sm8x.ATTENTION_MODULE)
     indexer = importlib.import_module(sm8x.INDEXER_MODULE)
+    packer = importlib.import_module(sm8x.PACKER_MODULE)._PACK_SEQ_TRITON_KERNEL
     for module, name in ((attention, "fused_norm_rope"), (attention, "fused_q"),
-                         (indexer, "pack_seq_triton")):
+                         (indexer, "pack_seq_triton"), (packer, "get_warmup_keys")):
         monkeypatch.setattr(module, name, getattr(module, name))
-    return attention, indexer
+    return attention, indexer, packer
 
 
 @pytest.mark.parametrize("capability, setting, served", [
     ((8, 0), "auto", True), ((8, 6), "auto", True), ((8, 9), "auto", False), ((9, 0), "auto", False),
     ((8, 0), "off", False), ((9, 0), "on", True)])
 def test_installed_below_sm89(modules, capability, setting, served):
-    attention, indexer = modules
-    before = (attention.fused_norm_rope, attention.fused_q, indexer.pack_seq_triton)
+    attention, indexer, packer = modules
+
+    def names():
+        return (attention.fused_norm_rope, attention.fused_q, indexer.pack_seq_triton,
+                packer.get_warmup_keys)
+
+    before = names()
     assert sm8x.install(capability, setting) is served
-    after = (attention.fused_norm_rope, attention.fused_q, indexer.pack_seq_triton)
-    assert [a is not b for a, b in zip(after, before)] == [served] * 3
+    after = names()
+    assert [a != b for a, b in zip(after, before)] == [served] * 4
     sm8x.install(capability, setting)  # idempotent: not wrapped twice
-    assert (attention.fused_norm_rope, attention.fused_q, indexer.pack_seq_triton) == after
+    assert names() == after
     if served:
         assert attention.fused_norm_rope.__wrapped__ is before[0]
 
 
+def test_fp8_packer_warmed_up_as_bytes(modules):
+    """vLLM's indexer registers the packer's start-up compile for fp8 queries, which fails
+    below SM89; once replaced, that registration compiles the byte kernel the packing runs."""
+    _, _, packer = modules
+    fp8_key = dict(dtype=FP8, pad_value=-float("inf"))
+    (theirs,) = packer.get_warmup_keys(**fp8_key)
+    sm8x.install((8, 6), "auto")
+    (ours,) = packer.get_warmup_keys(**fp8_key)
+    assert theirs.dtype == FP8 and (ours.dtype, ours.pad_value, ours.pad_is_uint8) == (torch.uint8, 0, True)
+    assert (ours.block_t, ours.block_d) == (theirs.block_t, theirs.block_d)
+    assert packer.get_warmup_keys(dtype=torch.uint8, pad_value=3) == packer.__class__.get_warmup_keys(
+        packer, dtype=torch.uint8, pad_value=3)  # other keys unchanged
+
+
 def test_fp8_queries_packed_as_bytes(modules):
     """The decode packer vLLM uses on ragged batches takes fp8 queries as bytes (pads 0)."""
-    _, indexer = modules
+    _, indexer, _ = modules
     original = indexer.pack_seq_triton
     sm8x.install((8, 0), "auto")
     g = torch.Generator().manual_seed(0)

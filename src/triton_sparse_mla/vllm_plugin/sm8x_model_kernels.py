@@ -6,7 +6,10 @@ kernels per layer: ``fused_norm_rope`` (norms, rope, and the writes of the index
 of an fp8_ds_mla MLA cache) and ``fused_q`` (query rope; the indexer query's fp8 quantization
 and weights). Both take float8_e4m3fn tensors, and Triton refuses that type below SM89, even as
 an unused argument: on SM80/86 every forward fails. :func:`install` replaces the two names in
-that module (and vLLM's sequence packer's fp8 use, ``pack_seq_triton``, in its indexer):
+that module, and vLLM's sequence packer's fp8 use in its indexer: the call
+(``pack_seq_triton``, fp8 queries packed as bytes) and its start-up compile, which the indexer
+registers for fp8 (``get_warmup_keys`` of vLLM's packer, so that start-up compiles the byte
+kernel the call uses; the fp8 one fails to compile there):
 
 * ``fused_norm_rope``: vLLM's own kernel still does the norms and rope, but is handed no fp8
   cache (it then writes the normalised, roped rows it would have cached to outputs it already
@@ -41,6 +44,7 @@ logger = logging.getLogger("vllm.plugins.triton_sparse_mla")
 
 ATTENTION_MODULE = "vllm.models.deepseek_v32.attention"
 INDEXER_MODULE = "vllm.model_executor.layers.sparse_attn_indexer"
+PACKER_MODULE = "vllm.v1.attention.ops.common"  # _PACK_SEQ_TRITON_KERNEL, vLLM's packer
 # vLLM's floors before a scale is rounded up to a power of two: on the amax of an indexer row,
 # and on the scale of an fp8_ds_mla tile.
 INDEXER_MIN_AMAX = 1e-4
@@ -62,9 +66,11 @@ def install(capability: tuple[int, int], setting: str) -> bool:
     try:
         attention = importlib.import_module(ATTENTION_MODULE)
         indexer = importlib.import_module(INDEXER_MODULE)
+        packer = importlib.import_module(PACKER_MODULE)._PACK_SEQ_TRITON_KERNEL
         targets = [(attention, "fused_norm_rope", _fused_norm_rope),
                    (attention, "fused_q", _fused_q),
-                   (indexer, "pack_seq_triton", _pack_seq)]
+                   (indexer, "pack_seq_triton", _pack_seq),
+                   (packer, "get_warmup_keys", _pack_warmup_keys)]
         originals = [getattr(module, name) for module, name, _ in targets]
     except (ImportError, AttributeError) as exc:
         logger.warning("triton-sparse-mla: cannot replace vLLM's fp8 DSA kernels (%s); the "
@@ -77,8 +83,8 @@ def install(capability: tuple[int, int], setting: str) -> bool:
         setattr(replacement, _MARK, True)
         setattr(module, name, replacement)
     if fresh:
-        logger.info("triton-sparse-mla: vLLM's fp8 DSA kernels (fused_norm_rope, fused_q) "
-                    "replaced on sm_%d%d", *capability)
+        logger.info("triton-sparse-mla: vLLM's fp8 DSA kernels (fused_norm_rope, fused_q, the "
+                    "fp8 sequence packer) replaced on sm_%d%d", *capability)
     return True
 
 
@@ -223,3 +229,12 @@ def _pack_seq(original, a):
         return original(**a)
     a["x"], a["pad_value"] = a["x"].view(torch.uint8), 0
     return original(**a).view(_FP8)
+
+
+@_by_name
+def _pack_warmup_keys(original, a):
+    """The packer's start-up compile keys for what :func:`_pack_seq` launches: bytes, pad 0,
+    where an fp8 key is asked for."""
+    if a["dtype"] == _FP8:
+        a["dtype"], a["pad_value"] = torch.uint8, 0
+    return original(**a)

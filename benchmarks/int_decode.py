@@ -1,16 +1,18 @@
 """The SM80/86 e4m3 decoder timed on an SM90 GPU: the integer decoding the sm80 and sm86 tiles
-run below SM89, before and after the bit-moving decoder (kernels/common.e4m3_to_f16), with the
-hardware conversion on the same tiles as the floor.
+run below SM89, before and after the bit-moving decoder on words (kernels/common.e4m3_to_f16,
+e4m3_words_to_f16), with the hardware conversion on the same tiles as the floor.
 
 Each setting runs in a process of its own (the decoder is chosen before anything compiles):
-``old`` puts the previous decoder (rebuilt fp32 exponent, subnormals selected; copied here as
-the A/B's baseline) in place of the shipped one, ``new`` runs the shipped one; both run the
-tiles at ``fp8_cvt`` 0 (integer decoding), and ``new`` also at 1 (the hardware conversion).
+``old`` puts the previous decoder (rebuilt fp32 exponent, subnormals selected; and the tiles
+without rows_ahead loading bytes, not words; copied here as the A/B's baseline) in place of the
+shipped one, ``new`` runs the shipped one; both run the
+tiles at ``fp8_cvt`` 0 (integer decoding) and 1 (the hardware conversion: the floor, and in
+``old`` the byte loads the tiles without rows_ahead had there).
 The settings alternate for ``--rounds`` rounds. Each tile runs under sm90's split rule with the
 SM count of the GPU, on fp8_ds_mla decode over a 1M-row cache (tiles of at most 16 heads on 16
-heads, of 32 and 64 on 64). In ``new`` the integer-decoded output is compared with the same
-tile's hardware-converted one: both decoders are exact and the scales' unit is a power of two,
-so they should agree to the bit. Prints one line per timing and a table of means at the end.
+heads, of 32 and 64 on 64). The integer-decoded output is compared with the same tile's
+hardware-converted one: both decoders are exact and the scales' unit is a power of two, so
+they should agree to the bit. Prints one line per timing and a table of means at the end.
 
 Usage: python benchmarks/int_decode.py OUT.jsonl [--rounds 2]
 """
@@ -48,7 +50,7 @@ _hw = common.e4m3_words_to_f16
 
 
 @triton.jit
-def _old_f32(b_raw, FP8_CVT: tl.constexpr, EXACT: tl.constexpr = True):
+def _old_f32(b_raw, FP8_CVT: tl.constexpr):
     if FP8_CVT != 0:
         return b_raw.to(tl.float8e4nv, bitcast=True).to(tl.float32)
     x = b_raw.to(tl.int32)
@@ -60,7 +62,7 @@ def _old_f32(b_raw, FP8_CVT: tl.constexpr, EXACT: tl.constexpr = True):
 
 
 @triton.jit
-def _old_f16(b_raw, FP8_CVT: tl.constexpr, EXACT: tl.constexpr = True):
+def _old_f16(b_raw, FP8_CVT: tl.constexpr):
     if FP8_CVT != 0:
         return b_raw.to(tl.float8e4nv, bitcast=True).to(tl.float16)
     return _old_f32(b_raw, FP8_CVT).to(tl.float16)
@@ -83,10 +85,33 @@ def _old_unit(b_c, FP8_CVT: tl.constexpr):
     return b_c
 
 
+@triton.jit
+def _old_load_latent_tile(p_row, m_n, J: tl.constexpr, FP8: tl.constexpr, FP8_CVT: tl.constexpr,
+                          DTYPE: tl.constexpr, PIN: tl.constexpr, F16: tl.constexpr,
+                          INTERPRET: tl.constexpr):
+    # the tiles without rows_ahead loaded the latent bytes as bytes
+    o_c = J * common.LATENT_TILE + tl.arange(0, common.LATENT_TILE)
+    b_raw = tl.load(p_row[:, None] + o_c[None, :], mask=m_n[:, None], other=0)
+    if FP8:
+        p_scale = (p_row + common.FP8_SCALE_BYTE).to(tl.pointer_type(tl.float32)) + J
+        b_c = tl.load(p_scale, mask=m_n, other=0.0)
+        if F16:
+            b_v = _old_f16(b_raw, FP8_CVT)
+        else:
+            b_v = _old_f32(b_raw, FP8_CVT)
+        b_k = common.scale_tile(b_v, b_c, DTYPE, PIN, F16)
+    else:
+        b_k = b_raw
+    return b_k
+
+
 def use_old_decoder():
-    """Put the old decoder where the kernels look it up (before any kernel compiles)."""
-    common.e4m3_to_f32, common.e4m3_to_f16 = _old_f32, _old_f16
+    """Put the old decoder, and the old byte loads of the tiles without rows_ahead, where the
+    kernels look them up (before any kernel compiles)."""
+    from triton_sparse_mla.kernels import attention, dedup
+
     common.e4m3_words_to_f16, common.e4m3_unit = _old_words, _old_unit
+    attention.load_latent_tile = dedup.load_latent_tile = _old_load_latent_tile
 
 
 def child(path, setting):
@@ -101,7 +126,6 @@ def child(path, setting):
 
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     caches = Caches()
-    levels = (0,) if setting == "old" else (0, 1)
     with open(path, "a") as f:
         for spec in WORKLOADS:
             w = Workload.from_spec(spec)
@@ -110,7 +134,7 @@ def child(path, setting):
                 if (tile.block_h > 16) != (w.h >= 64):
                     continue
                 outs = {}
-                for level in levels:
+                for level in (0, 1):
                     out = torch.empty(w.t, w.h, 512, device="cuda", dtype=torch.bfloat16)
                     splits, us, meta = time_plan(inputs, out, tile, level, True, sms, pin=True)
                     outs[level] = out.float()
@@ -142,11 +166,13 @@ def main(argv=None):
     groups = {}
     for r in recs:
         groups.setdefault((r["workload"], r["tile"]), {}).setdefault(r["decoder"], []).append(r["us"])
-    print(f"{'workload':28} {'tile':24} {'old int':>9} {'new int':>9} {'hw':>9} {'old/new':>8} {'new/hw':>7}")
+    print(f"{'workload':28} {'tile':24} {'old int':>8} {'new int':>8} {'old hw':>8} {'new hw':>8} "
+          f"{'int old/new':>11} {'new int/hw':>10} {'hw old/new':>10}")
     for (wl, tile), d in groups.items():
         m = {k: statistics.mean(v) for k, v in d.items()}
-        o, n, h = m.get("old/int"), m.get("new/int"), m.get("new/hw")
-        print(f"{wl:28} {tile:24} {o:9.1f} {n:9.1f} {h:9.1f} {o / n:8.2f} {n / h:7.2f}")
+        oi, ni, oh, nh = (m[k] for k in ("old/int", "new/int", "old/hw", "new/hw"))
+        print(f"{wl:28} {tile:24} {oi:8.1f} {ni:8.1f} {oh:8.1f} {nh:8.1f} {oi / ni:11.2f} "
+              f"{ni / nh:10.2f} {oh / nh:10.2f}")
 
 
 if __name__ == "__main__":

@@ -55,7 +55,7 @@ def main(path):
             upconvert_kernel[(triton.cdiv(n_rows, workspace._BLOCK_R),)](
                 kv_ptr=kv, pos_ptr=marks, ws_ptr=ws, n_rows=n_rows, n_slots=ws.shape[0],
                 stride_kv=kv.stride(0), stride_ws=ws.stride(0), FP8_CVT=fp8_cvt, D_PE=64,
-                BLOCK_R=workspace._BLOCK_R)
+                BLOCK_R=workspace._BLOCK_R, INTERPRET=False)
 
         rec["upconvert_us"] = bench(lambda: upconvert(pos))
         if ws.shape[0] == n_rows:  # every row at its own id (workspace.ENTRY_BYTES)

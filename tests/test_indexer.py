@@ -184,6 +184,10 @@ def _flat_args(device):
     (dict(row_ends=torch.ones(4, dtype=torch.int64)), TypeError, "row_ends: expected dtype torch.int32"),
     (dict(width=-1), ValueError, "width: expected an int >= 0, got -1"),
     (dict(width=4.0), TypeError, "width: expected an int >= 0, got 4.0"),
+    (dict(q=torch.zeros(4, 8, D + 2, dtype=torch.float8_e4m3fn)[..., :D]), ValueError,
+     "q: expected rows at 4-byte aligned addresses"),
+    (dict(k=torch.zeros(10 * D + 1, dtype=torch.float8_e4m3fn)[1:].view(10, D)), ValueError,
+     "k: expected rows at 4-byte aligned addresses"),
 ])
 def test_mqa_logits_bad_input(device, over, exc, words):
     args = _flat_args(device)
@@ -203,6 +207,9 @@ def test_paged_mqa_logits_bad_input(device):
         paged_mqa_logits(*args[:3], lens[:1].to(device), *args[4:])
     with pytest.raises(ValueError, match=r"block_tables: expected 2 rows"):
         paged_mqa_logits(*args[:4], args[4][:1], 32)
+    with pytest.raises(ValueError, match=r"q: expected rows at 4-byte aligned addresses"):
+        unaligned = torch.zeros(*q.shape[:-1], D + 1, dtype=q.dtype, device=device)[..., 1:]
+        paged_mqa_logits(unaligned, *args[1:])
 
 
 def test_warmup_runs_every_kind_of_call(device):

@@ -84,22 +84,22 @@ json.dump(out, open(sys.argv[1], "w"))
 
 def test_fp8_conversion_is_pinned_where_loaded(tmp_path):
     """The pin (kernels/common.convert_here) keeps a 16-head fp8 tile's dequantization where it
-    is loaded. Without it Triton moves the work into the MMA operand layout: the latent bytes
-    leave the asynchronous-copy pipeline for plain global loads, and the operands are read
-    from shared memory in 8-byte pieces instead of by ldmatrix (on SM90 1158 instead of 883
-    SASS instructions per 32-row step; before fp8 tiles were dequantized at load, byte-wide
-    reads and twice the conversions, 1.37x slower on the H200). Checked in the PTX of the
-    hardware conversion (sm90, sm120, sm89) and of integer decoding (sm80)."""
+    is loaded. Without it Triton 3.6 moves the work into the MMA operand layout: each value
+    converted twice and the operands read from shared memory in 8-byte pieces instead of by
+    ldmatrix (before the tiles were loaded as words, byte-wide reads and plain global loads
+    too; on SM90 1158 instead of 883 SASS instructions per 32-row step, 1.37x slower on the
+    H200). Triton 3.8 leaves the words' conversion where it is either way. Checked in the PTX of
+    the hardware conversion (sm90, sm120, sm89) and of integer decoding (sm80): the pinned form
+    has the latent words in the asynchronous-copy pipeline, no byte-wide shared reads, operands
+    by ldmatrix and each value converted once; the free form is never better."""
     counts = _probe(_PIN_PROBE, tmp_path)
     for cap in ("sm90", "sm120", "sm89", "sm80"):
         free, pinned = counts[f"{cap}/False"], counts[f"{cap}/True"]
-        # the latent tiles' bytes go through cp.async, and few global loads are left
-        # (16 more cp.async sites, under Triton 3.6 and 3.8)
-        assert pinned["cp_async"] > free["cp_async"] + 8 and pinned["ld_global"] < free["ld_global"], (cap, counts)
-        # operands come by ldmatrix, not piecewise shared-memory reads
-        assert pinned["ldmatrix"] >= 3 * free["ldmatrix"] and 4 * pinned["lds_v2"] < free["lds_v2"], (cap, counts)
-        # no byte-wide shared reads, and no more conversions than without the pin
-        assert pinned["byte_lds"] == 0, (cap, counts)
+        # 16 cp.async sites for the latent words, the rope, scales and ids beside them
+        assert pinned["cp_async"] >= 24 and pinned["byte_lds"] == 0, (cap, counts)
+        # operands come by ldmatrix (72 sites), not piecewise shared-memory reads
+        assert pinned["ldmatrix"] >= 64 and pinned["lds_v2"] <= 24, (cap, counts)
+        assert free["ldmatrix"] <= pinned["ldmatrix"] and free["lds_v2"] >= pinned["lds_v2"], (cap, counts)
         if cap != "sm80":  # sm80 decodes e4m3 with integer operations, no cvt
             # each value once: 32 rows x 512 bytes over 128 threads, two values per cvt
             assert pinned["cvt"] == 32 * 512 // (128 * 2) and pinned["cvt"] <= free["cvt"], (cap, counts)

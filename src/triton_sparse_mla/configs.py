@@ -298,9 +298,9 @@ _SM100 = {
 # the 16-head tile and 1.05x on the 32-head tile at SM120's residency, emulated on the H200
 # (residency.py --toggle fp8_f16, runs 39-40, BENCHMARKS.md "fp8 rows into fp16 operands").
 # sm80 decodes e4m3 with integer operations: there fp8_f16 saved 1% of the loop's instructions
-# with the fp32 decoder, and saves 11% with the bit-moving one (1476 -> 1316 per warp and step
-# on the 16x32 tile, benchmarks/sass_count.py); not timed yet (benchmarks/int_decode.py), so
-# sm80 keeps bf16 operands. sm100 is not timed.
+# with the fp32 decoder, and saves 15% with the bit-moving one on words (1064 -> 904 per warp and
+# step on the 16x32 tile, Triton 3.8, benchmarks/sass_count.py); not timed yet
+# (benchmarks/int_decode.py), so sm80 keeps bf16 operands. sm100 is not timed.
 # rows_ahead on the fp8 tiles, at SM120's residency emulated on the H200 (runs 63-64,
 # residency.py, BENCHMARKS.md "fp8 rows a step ahead"): 16-head tile 1.38x at T=128 H=8/16,
 # 1.29x at T=32, 1.23x in prefill; 32-head tile 1.24-1.25x at T=128 H=32/64, 1.14x in prefill.

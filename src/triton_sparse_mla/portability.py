@@ -136,7 +136,8 @@ def _workspace_variants(cap: int):
            k, {"idx_ptr", "pos_ptr", "new_idx_ptr"}, 4, 1)
     types = {"kv_ptr": "*u8", "pos_ptr": "*i32", "ws_ptr": "*bf16", "n_rows": "i32",
              "n_slots": "i32", "stride_kv": "i32", "stride_ws": "i32"}
-    k = dict(FP8_CVT=configs.fp8_cvt_level(divmod(cap, 10)), D_PE=64, BLOCK_R=workspace._BLOCK_R)
+    k = dict(FP8_CVT=configs.fp8_cvt_level(divmod(cap, 10)), D_PE=64, BLOCK_R=workspace._BLOCK_R,
+             INTERPRET=False)
     yield ("upconvert", upconvert_kernel, types, k,
            {"kv_ptr", "pos_ptr", "ws_ptr", "stride_kv", "stride_ws"}, 4, 1)
     yield ("upconvert (rows at their ids)", upconvert_kernel, types, k | {"pos_ptr": None},

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import torch
 
+from .boundary import interpreting
 from .formats import D_NOPE, D_ROPE, FP8_ROW_BYTES
 from .hostmath import cdiv
 from .kernels.common import LAUNCH_OPTIONS
@@ -231,6 +232,7 @@ def _upconvert(kv, pos, slots: int, fp8_cvt: int):
             kv_ptr=kv, pos_ptr=pos, ws_ptr=workspace, n_rows=n_rows, n_slots=slots,
             stride_kv=kv.stride(0),
             stride_ws=workspace.stride(0), FP8_CVT=fp8_cvt, D_PE=D_ROPE, BLOCK_R=_BLOCK_R,
+            INTERPRET=interpreting(),
             **LAUNCH_OPTIONS)
     return workspace
 

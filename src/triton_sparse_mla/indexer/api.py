@@ -29,6 +29,15 @@ def _check_head_dim(name, d):
         raise ValueError(f"{name}: expected a head dimension that is a power of two >= 16, got {d}")
 
 
+def _check_rows_aligned(name, x):
+    """The kernels read fp8 rows as 32-bit words: every row must start at a 4-byte aligned
+    address (strides but the last and the data pointer multiples of 4)."""
+    if x.numel() > 0 and (x.data_ptr() % 4 or any(s % 4 for s in x.stride()[:-1])):
+        raise ValueError(f"{name}: expected rows at 4-byte aligned addresses (strides but the "
+                         f"last, and the address, multiples of 4), got strides {x.stride()} at "
+                         f"address offset {x.data_ptr() % 4}")
+
+
 def _output(out, shape, device):
     if out is None:
         return torch.empty(shape, dtype=torch.float32, device=device)
@@ -47,7 +56,8 @@ def mqa_logits(q, k, k_scale, weights, row_starts, row_ends, width, *, out=None)
 
     Args:
         q: ``[M, H, D]`` float8_e4m3fn, ``D`` a power of two (128 in the models).
-        k: ``[N, D]`` float8_e4m3fn; ``k_scale``: ``[N]`` float32, the keys' scales.
+        k: ``[N, D]`` float8_e4m3fn; ``k_scale``: ``[N]`` float32, the keys' scales. q's and
+            k's rows must start at 4-byte aligned addresses (they are read as 32-bit words).
         weights: ``[M, H]`` float32 (the query scale and softmax scale folded in).
         row_starts, row_ends: ``[M]`` int32, ``0 <= start <= end <= N`` (not checked on the
             device: keys at or past ``N`` are neither read nor written).
@@ -62,9 +72,11 @@ def mqa_logits(q, k, k_scale, weights, row_starts, row_ends, width, *, out=None)
     device = q.device
     m_rows, n_heads, d = q.shape
     _check_head_dim("q", d)
+    _check_rows_aligned("q", q)
     check_tensor("k", k, dtype=_FP8, rank=2, device=device)
     if k.shape[1] != d:
         raise ValueError(f"k: expected rows of D = {d} values (q's width), got {k.shape[1]}")
+    _check_rows_aligned("k", k)
     check_tensor("k_scale", k_scale, dtype=torch.float32, rank=1, device=device)
     if k_scale.shape[0] != k.shape[0]:
         raise ValueError(f"k_scale: expected shape [{k.shape[0]}] (k's rows), got {list(k_scale.shape)}")
@@ -98,7 +110,8 @@ def paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, width, *,
     :func:`~.reference.paged_mqa_logits_reference`.)
 
     Args:
-        q: ``[B, next_n, H, D]`` float8_e4m3fn, ``D`` a power of two.
+        q: ``[B, next_n, H, D]`` float8_e4m3fn, ``D`` a power of two, rows at 4-byte aligned
+            addresses.
         kv_cache: ``[num_blocks, block_size, 1, D + 4]`` uint8, each block contiguous,
             ``block_size`` a power of two >= 16.
         weights: ``[B * next_n, H]`` float32.
@@ -115,6 +128,7 @@ def paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, width, *,
     device = q.device
     batch, next_n, n_heads, d = q.shape
     _check_head_dim("q", d)
+    _check_rows_aligned("q", q)
     check_tensor("kv_cache", kv_cache, dtype=torch.uint8, rank=4, device=device)
     n_blocks, block_size, one, d4 = kv_cache.shape
     if one != 1 or d4 != d + 4:

@@ -7,18 +7,18 @@ rows, walks the union of their ranges ``BLOCK_N`` keys at a time, and for each k
 ``[BLOCK_M, D] x [D, BLOCK_N]`` product per head, summing ``weights * relu(.)`` over the heads
 before one masked store.
 
-q and k are read as float8_e4m3fn bytes and converted to fp16 where they are loaded (every
-e4m3 value is an fp16 value, so the products are exact and accumulate in fp32): by the hardware
-on SM89 and newer, by integer decoding on SM80/86 (kernels/common.e4m3_to_f16). A key tile is
-converted once for all heads; a query tile once per key tile. No workspace: vLLM's memory
-profile does not count one.
+q and k are read as float8_e4m3fn bytes, in 32-bit words, and converted to fp16 where they are
+loaded (every e4m3 value is an fp16 value, so the products are exact and accumulate in fp32): by
+the hardware on SM89 and newer, by moving bits on SM80/86 (kernels/common.e4m3_words_to_f16). A
+key tile is converted once for all heads; a query tile once per key tile. No workspace: vLLM's
+memory profile does not count one. q's and k's rows must start at 4-byte aligned addresses.
 """
 
 import triton
 import triton.language as tl
 
 from ..hostmath import cdiv
-from ..kernels.common import LAUNCH_OPTIONS, e4m3_to_f16, mma
+from ..kernels.common import LAUNCH_OPTIONS, e4m3_unit, e4m3_words_to_f16, load_words, mma
 
 BLOCK_M = 64
 BLOCK_N = 64
@@ -49,22 +49,25 @@ def mqa_logits_kernel(
     b_hi = tl.minimum(tl.minimum(b_hi, n_keys), b_lo + width)
     lo = tl.min(b_lo, axis=0)
     hi = tl.max(b_hi, axis=0)
-    p_q = q_ptr + o_m.to(tl.int64)[:, None] * stride_qm + o_d[None, :]
+    p_q = q_ptr + o_m.to(tl.int64) * stride_qm  # [BLOCK_M] row byte pointers
     p_w = w_ptr + o_m.to(tl.int64) * stride_wm
     p_out = out_ptr + o_m.to(tl.int64)[:, None] * stride_om
     for n0 in range(lo + i_n * BLOCK_N, hi, n_programs * BLOCK_N):
         o_n = n0 + tl.arange(0, BLOCK_N)
         m_n = o_n < hi
-        b_k = e4m3_to_f16(tl.load(k_ptr + o_n.to(tl.int64)[:, None] * stride_kn + o_d[None, :],
-                                  mask=m_n[:, None], other=0), FP8_CVT)  # [BLOCK_N, D]
+        # [BLOCK_N, D], without the decoders' unit (folded into the keys' scales below, twice:
+        # q's and k's)
+        b_k = e4m3_words_to_f16(load_words(k_ptr + o_n.to(tl.int64) * stride_kn, m_n, D // 4),
+                                FP8_CVT, INTERPRET, False)
         b_acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         for h in range(H):
-            b_q = e4m3_to_f16(tl.load(p_q + h * stride_qh, mask=m_m[:, None], other=0),
-                              FP8_CVT)  # [BLOCK_M, D]
+            b_q = e4m3_words_to_f16(load_words(p_q + h * stride_qh, m_m, D // 4), FP8_CVT,
+                                    INTERPRET, False)  # [BLOCK_M, D]
             b_w = tl.load(p_w + h * stride_wh, mask=m_m, other=0.0)
             b_s = mma(b_q, tl.trans(b_k), INTERPRET)  # [BLOCK_M, BLOCK_N]
             b_acc += tl.maximum(b_s, 0.0) * b_w[:, None]
-        b_acc *= tl.load(k_scale_ptr + o_n, mask=m_n, other=0.0)[None, :]
+        b_scale = tl.load(k_scale_ptr + o_n, mask=m_n, other=0.0)
+        b_acc *= e4m3_unit(e4m3_unit(b_scale, FP8_CVT), FP8_CVT)[None, :]
         m_out = (m_m[:, None] & (o_n[None, :] >= b_lo[:, None]) & (o_n[None, :] < b_hi[:, None]))
         tl.store(p_out + (o_n[None, :] - b_lo[:, None]), b_acc, mask=m_out)
 

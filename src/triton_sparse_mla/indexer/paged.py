@@ -3,7 +3,8 @@
 
 A request has ``NEXT_N`` query rows (its new token and its speculative drafts), each seeing the
 request's first ``limit`` cache positions. A program holds ``G`` of those rows with all their
-heads as one ``[G * BLOCK_H, D]`` fp16 tile, converted once (exactly, as :mod:`.flat` does),
+heads as one ``[G * BLOCK_H, D]`` fp16 tile, converted once (exactly, as :mod:`.flat` does;
+its rows 4-byte aligned),
 and takes every ``n_programs``-th cache block of the request: it reads the block's
 ``block_size x D`` fp8 values and fp32 scales (:mod:`.cache_layout`) once, runs one
 ``[G * BLOCK_H, D] x [D, block_size]`` product, and sums ``weights * relu(.)`` over each row's
@@ -16,7 +17,7 @@ import triton
 import triton.language as tl
 
 from ..hostmath import cdiv, next_power_of_2
-from ..kernels.common import LAUNCH_OPTIONS, e4m3_to_f16, mma
+from ..kernels.common import LAUNCH_OPTIONS, e4m3_unit, e4m3_words_to_f16, load_words, mma
 
 MAX_TILE_ROWS = 128  # G * BLOCK_H: the query tile's rows (q and the accumulator in registers)
 
@@ -41,10 +42,9 @@ def paged_mqa_logits_kernel(
     o_j = i_g * G + o_r // BLOCK_H
     o_h = o_r % BLOCK_H
     m_r = (o_j < NEXT_N) & (o_h < H)
-    o_d = tl.arange(0, D)
-    p_q = (q_ptr + i_b.to(tl.int64) * stride_qb + o_j[:, None] * stride_qn
-           + o_h[:, None] * stride_qh + o_d[None, :])
-    b_q = e4m3_to_f16(tl.load(p_q, mask=m_r[:, None], other=0), FP8_CVT)  # [G * BLOCK_H, D]
+    p_q = q_ptr + i_b.to(tl.int64) * stride_qb + o_j * stride_qn + o_h * stride_qh
+    # [G * BLOCK_H, D], without the decoders' unit (folded into the keys' scales, with k's)
+    b_q = e4m3_words_to_f16(load_words(p_q, m_r, D // 4), FP8_CVT, INTERPRET, False)
     b_w = tl.load(w_ptr + (i_b.to(tl.int64) * NEXT_N + o_j) * stride_wr + o_h * stride_wh,
                   mask=m_r, other=0.0)  # [G * BLOCK_H]
     # the group's rows: their limits, and where their logits go
@@ -57,9 +57,10 @@ def paged_mqa_logits_kernel(
     for i_blk in range(i_s, n_used, n_programs):
         blk = tl.load(table_ptr + i_b.to(tl.int64) * stride_tb + i_blk).to(tl.int64)
         p_blk = cache_ptr + blk * stride_cb
-        b_k = e4m3_to_f16(tl.load(p_blk + o_t[:, None] * D + o_d[None, :]), FP8_CVT)  # [BLOCK_SIZE, D]
+        b_k = e4m3_words_to_f16(load_words(p_blk + o_t * D, o_t < BLOCK_SIZE, D // 4), FP8_CVT,
+                                INTERPRET, False)  # [BLOCK_SIZE, D]
         p_scale = (p_blk + BLOCK_SIZE * D).to(tl.pointer_type(tl.float32), bitcast=True)
-        b_scale = tl.load(p_scale + o_t)  # [BLOCK_SIZE]
+        b_scale = e4m3_unit(e4m3_unit(tl.load(p_scale + o_t), FP8_CVT), FP8_CVT)  # [BLOCK_SIZE]
         b_s = tl.maximum(mma(b_q, tl.trans(b_k), INTERPRET), 0.0) * b_w[:, None]
         b_l = tl.sum(tl.reshape(b_s, [G, BLOCK_H, BLOCK_SIZE]), axis=1) * b_scale[None, :]
         o_p = i_blk * BLOCK_SIZE + o_t

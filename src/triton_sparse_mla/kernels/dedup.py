@@ -61,7 +61,8 @@ def remap_kernel(idx_ptr, len_ptr, pos_ptr, new_idx_ptr, n_rows, n_slots, topk, 
 
 @triton.jit(do_not_specialize=["n_rows", "n_slots"])  # (see attention.py)
 def upconvert_kernel(kv_ptr, pos_ptr, ws_ptr, n_rows, n_slots, stride_kv, stride_ws,
-                     FP8_CVT: tl.constexpr, D_PE: tl.constexpr, BLOCK_R: tl.constexpr):
+                     FP8_CVT: tl.constexpr, D_PE: tl.constexpr, BLOCK_R: tl.constexpr,
+                     INTERPRET: tl.constexpr):
     """Dequantize each marked row ``i`` of ``kv`` (fp8_ds_mla bytes) into ``ws[pos[i] - 1]``
     (576 values of ws's dtype) where that is one of the ``n_slots`` slots; a row is marked
     where ``pos`` steps up (grid: N / BLOCK_R). With ``pos_ptr`` None every row ``i`` goes to
@@ -79,7 +80,7 @@ def upconvert_kernel(kv_ptr, pos_ptr, ws_ptr, n_rows, n_slots, stride_kv, stride
     p_ws = ws_ptr + o_ws.to(tl.int64) * stride_ws
     dtype = ws_ptr.dtype.element_ty
     for j in tl.static_range(LATENT_TILES):
-        b_k = load_latent_tile(p_row, m_r, j, True, FP8_CVT, dtype, False)
+        b_k = load_latent_tile(p_row, m_r, j, True, FP8_CVT, dtype, False, False, INTERPRET)
         o_c = j * LATENT_TILE + tl.arange(0, LATENT_TILE)
         tl.store(p_ws[:, None] + o_c[None, :], b_k, mask=m_r[:, None])
     b_pe = load_rope_tile(p_row, m_r, D_PE, True, dtype)

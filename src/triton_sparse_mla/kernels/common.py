@@ -2,8 +2,8 @@
 
 The 512 latent columns of a cache row are handled as four tiles of 128 columns, the fp8_ds_mla
 quantization tile. An fp8 tile is dequantized where it is loaded: each e4m3 value is converted
-exactly to fp32, multiplied by its row's fp32 scale for that tile, and rounded once to q's
-dtype; from there on it is the same tile a bf16 cache would give. Measured on the H200
+exactly (to fp16, then fp32 where needed), multiplied by its row's fp32 scale for that tile
+(:func:`scale_tile`), and rounded once to q's dtype; from there on it is the same tile a bf16 cache would give. Measured on the H200
 (BENCHMARKS.md, "fp8_ds_mla: dequantize at load"), this beats keeping the exact e4m3 values
 and applying the scales to the scores and probabilities, which needs one probability tile per
 latent tile, each moved between warps through shared memory: 5-10% in decode, 14-23% in
@@ -141,11 +141,11 @@ def e4m3_words_to_f16(b_w, FP8_CVT: tl.constexpr, INTERPRET: tl.constexpr, EXACT
                 mov.b32 {$1, $3}, b;
                 }""", "=h,=h,=h,=h,r", [b_w], dtype=(tl.float16, tl.float16, tl.float16, tl.float16),
                 is_pure=True, pack=1)
-    else:
-        b_0 = e4m3_to_f16((b_w & 0xFF).to(tl.uint8), FP8_CVT_INT, False)
-        b_1 = e4m3_to_f16(((b_w >> 8) & 0xFF).to(tl.uint8), FP8_CVT_INT, False)
-        b_2 = e4m3_to_f16(((b_w >> 16) & 0xFF).to(tl.uint8), FP8_CVT_INT, False)
-        b_3 = e4m3_to_f16(((b_w >> 24) & 0xFF).to(tl.uint8), FP8_CVT_INT, False)
+    else:  # the interpreter runs no PTX: byte by byte, with the same unit
+        b_0 = e4m3_to_f16((b_w & 0xFF).to(tl.uint8), FP8_CVT, False)
+        b_1 = e4m3_to_f16(((b_w >> 8) & 0xFF).to(tl.uint8), FP8_CVT, False)
+        b_2 = e4m3_to_f16(((b_w >> 16) & 0xFF).to(tl.uint8), FP8_CVT, False)
+        b_3 = e4m3_to_f16(((b_w >> 24) & 0xFF).to(tl.uint8), FP8_CVT, False)
     # join puts its pair on a new last axis: [R, W, 2, 2] with [r, w, i, j] = byte 2 i + j
     b_v = tl.reshape(tl.join(tl.join(b_0, b_2), tl.join(b_1, b_3)), [b_w.shape[0], 4 * b_w.shape[1]])
     if EXACT and FP8_CVT == FP8_CVT_INT:
@@ -183,8 +183,8 @@ def scale_tile(b_v, b_c, DTYPE: tl.constexpr, PIN: tl.constexpr, F16: tl.constex
 def dequant_words(b_w, b_c, FP8_CVT: tl.constexpr, DTYPE: tl.constexpr, PIN: tl.constexpr,
                   F16: tl.constexpr, INTERPRET: tl.constexpr):
     """An fp8 tile held as words (:func:`load_words`, ``[BLOCK_N, 32]`` int32) and its rows'
-    scales ``b_c`` [BLOCK_N] dequantized into DTYPE ``[BLOCK_N, 128]``, as
-    :func:`load_latent_tile` does it (:func:`scale_tile`)."""
+    scales ``b_c`` [BLOCK_N] dequantized into DTYPE ``[BLOCK_N, 128]`` (:func:`scale_tile`),
+    the decoder's unit folded into the scales."""
     b_v = e4m3_words_to_f16(b_w, FP8_CVT, INTERPRET, False)
     if not F16:
         b_v = b_v.to(tl.float32)  # exact

@@ -3,9 +3,8 @@
 
 A request has ``NEXT_N`` query rows (its new token and its speculative drafts), each seeing the
 request's first ``limit`` cache positions. A program holds ``G`` of those rows with all their
-heads as one ``[G * BLOCK_H, D]`` fp16 tile, converted once (exactly, as :mod:`.flat` does;
-its rows 4-byte aligned),
-and takes every ``n_programs``-th cache block of the request: it reads the block's
+heads as one ``[G * BLOCK_H, D]`` fp16 tile, read as words and converted once (exactly, as
+:mod:`.flat` does), and takes every ``n_programs``-th cache block of the request: it reads the block's
 ``block_size x D`` fp8 values and fp32 scales (:mod:`.cache_layout`) once, runs one
 ``[G * BLOCK_H, D] x [D, block_size]`` product, and sums ``weights * relu(.)`` over each row's
 heads. ``G * BLOCK_H <= 128`` (vLLM's decode: 1 or 2 rows of 64 or 32 heads, one group). The
@@ -57,8 +56,9 @@ def paged_mqa_logits_kernel(
     for i_blk in range(i_s, n_used, n_programs):
         blk = tl.load(table_ptr + i_b.to(tl.int64) * stride_tb + i_blk).to(tl.int64)
         p_blk = cache_ptr + blk * stride_cb
+        # [BLOCK_SIZE, D]: every position of a block is read (the mask is all true)
         b_k = e4m3_words_to_f16(load_words(p_blk + o_t * D, o_t < BLOCK_SIZE, D // 4), FP8_CVT,
-                                INTERPRET, False)  # [BLOCK_SIZE, D]
+                                INTERPRET, False)
         p_scale = (p_blk + BLOCK_SIZE * D).to(tl.pointer_type(tl.float32), bitcast=True)
         b_scale = e4m3_unit(e4m3_unit(tl.load(p_scale + o_t), FP8_CVT), FP8_CVT)  # [BLOCK_SIZE]
         b_s = tl.maximum(mma(b_q, tl.trans(b_k), INTERPRET), 0.0) * b_w[:, None]

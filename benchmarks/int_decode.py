@@ -38,7 +38,8 @@ def tiles():
 
     C = configs.TileConfig
     return [("sm80 16x32", C(16, 32, 4, 2)), ("sm80 16x32 fp8_f16", C(16, 32, 4, 2, fp8_f16=True)),
-            ("sm80 32x32", C(32, 32, 4, 2)), ("sm80 64x32 w8", C(64, 32, 8, 2)),
+            ("sm80 32x32", C(32, 32, 4, 2)), ("sm80 32x32 fp8_f16", C(32, 32, 4, 2, fp8_f16=True)),
+            ("sm80 64x32 w8", C(64, 32, 8, 2)), ("sm80 64x32 w8 fp8_f16", C(64, 32, 8, 2, fp8_f16=True)),
             ("sm86 16x32 rows_ahead", C(16, 32, 4, 2, fp8_f16=True, rows_ahead=True)),
             ("sm86 32x32 rows_ahead", C(32, 32, 4, 2, fp8_f16=True, rows_ahead=True))]
 

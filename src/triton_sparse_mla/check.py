@@ -18,6 +18,7 @@ import time
 
 import torch
 
+from . import configs
 from .api import sparse_mla_attention
 from .formats import quantize_fp8_ds_mla
 from .indexer import (mqa_logits, mqa_logits_reference, pack_indexer_k_cache, paged_mqa_logits,
@@ -66,7 +67,9 @@ def run_check(device: torch.device, *, verbose=print) -> bool:
     if on_gpu:
         name = torch.cuda.get_device_name(device)
         cap = torch.cuda.get_device_capability(device)
-        verbose(f"device: {name} (sm{cap[0]}{cap[1]})")
+        decode = ("the hardware conversion" if configs.fp8_cvt_level(cap) else
+                  "bit moves (no e4m3 conversion below SM89)")
+        verbose(f"device: {name} (sm{cap[0]}{cap[1]}); fp8 decoded by {decode}")
     else:
         verbose("device: CPU through the Triton interpreter (small problems)")
     all_ok = True

@@ -5,14 +5,14 @@ e4m3_words_to_f16), with the hardware conversion on the same tiles as the floor.
 Each setting runs in a process of its own (the decoder is chosen before anything compiles):
 ``old`` puts the previous decoder (rebuilt fp32 exponent, subnormals selected; and the tiles
 without rows_ahead loading bytes, not words; copied here as the A/B's baseline) in place of the
-shipped one, ``new`` runs the shipped one; both run the
-tiles at ``fp8_cvt`` 0 (integer decoding) and 1 (the hardware conversion: the floor, and in
-``old`` the byte loads the tiles without rows_ahead had there).
-The settings alternate for ``--rounds`` rounds. Each tile runs under sm90's split rule with the
-SM count of the GPU, on fp8_ds_mla decode over a 1M-row cache (tiles of at most 16 heads on 16
-heads, of 32 and 64 on 64). The integer-decoded output is compared with the same tile's
-hardware-converted one: both decoders are exact and the scales' unit is a power of two, so
-they should agree to the bit. Prints one line per timing and a table of means at the end.
+shipped one, ``new`` runs the shipped one. Both run the tiles at ``fp8_cvt`` 0 (integer
+decoding) and 1 (the hardware conversion: the floor, and in ``old`` the byte loads the tiles
+without rows_ahead had there). The settings alternate for ``--rounds`` rounds. Each tile runs
+under sm90's split rule with the SM count of the GPU, on fp8_ds_mla decode over a 1M-row cache
+(tiles of at most 16 heads on 16 heads, of 32 and 64 on 64). The integer-decoded output is
+compared with the same tile's hardware-converted one: both decoders are exact and the scales'
+unit is a power of two, so they should agree to the bit (with fp16 operands, for scales above
+fp16's subnormals). Prints one line per timing and a table of means at the end.
 
 Usage: python benchmarks/int_decode.py OUT.jsonl [--rounds 2]
 """

@@ -14,7 +14,7 @@ compared with the same tile's hardware-converted one: both decoders are exact an
 unit is a power of two, so they should agree to the bit (with fp16 operands, for scales above
 fp16's subnormals). Prints one line per timing and a table of means at the end.
 
-Usage: python benchmarks/int_decode.py OUT.jsonl [--rounds 2]
+Usage: python benchmarks/int_decode.py OUT.jsonl [--rounds 2] [--workloads "128,16,fp8_ds_mla;..."]
 """
 
 import argparse
@@ -115,7 +115,7 @@ def use_old_decoder():
     attention.load_latent_tile = dedup.load_latent_tile = _old_load_latent_tile
 
 
-def child(path, setting):
+def child(path, setting, workloads):
     import torch
 
     from triton_sparse_mla.bench import Caches, Workload, make_inputs
@@ -128,7 +128,7 @@ def child(path, setting):
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     caches = Caches()
     with open(path, "a") as f:
-        for spec in WORKLOADS:
+        for spec in workloads:
             w = Workload.from_spec(spec)
             inputs = make_inputs(w, caches)
             for name, tile in tiles():
@@ -155,14 +155,17 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out")
     ap.add_argument("--rounds", type=int, default=ROUNDS)
+    ap.add_argument("--workloads", default=";".join(WORKLOADS),
+                    help="T,H,FORMAT specs separated by ';' (default: %(default)s)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    workloads = args.workloads.split(";")
     if args.child is not None:
-        return child(args.out, args.child)
+        return child(args.out, args.child, workloads)
     for _ in range(args.rounds):
         for setting in ("old", "new"):
-            subprocess.run([sys.executable, os.path.abspath(__file__), args.out, "--child", setting],
-                           check=True)
+            subprocess.run([sys.executable, os.path.abspath(__file__), args.out, "--child", setting,
+                            "--workloads", args.workloads], check=True)
     recs = [json.loads(line) for line in open(args.out)]
     groups = {}
     for r in recs:
@@ -171,7 +174,7 @@ def main(argv=None):
           f"{'int old/new':>11} {'new int/hw':>10} {'hw old/new':>10}")
     for (wl, tile), d in groups.items():
         m = {k: statistics.mean(v) for k, v in d.items()}
-        oi, ni, oh, nh = (m[k] for k in ("old/int", "new/int", "old/hw", "new/hw"))
+        oi, ni, oh, nh = (m.get(k, float("nan")) for k in ("old/int", "new/int", "old/hw", "new/hw"))
         print(f"{wl:28} {tile:24} {oi:8.1f} {ni:8.1f} {oh:8.1f} {nh:8.1f} {oi / ni:11.2f} "
               f"{ni / nh:10.2f} {oh / nh:10.2f}")
 

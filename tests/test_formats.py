@@ -5,10 +5,10 @@ import torch
 import triton
 import triton.language as tl
 
-from triton_sparse_mla.formats import (FP8_ROW_BYTES, dequantize_fp8_ds_mla, quantize_fp8_ds_mla,
-                                       row_format)
 from triton_sparse_mla import configs
 from triton_sparse_mla.boundary import interpreting
+from triton_sparse_mla.formats import (FP8_ROW_BYTES, dequantize_fp8_ds_mla, quantize_fp8_ds_mla,
+                                       row_format)
 from triton_sparse_mla.kernels.common import e4m3_to_f16, e4m3_unit, e4m3_words_to_f16
 
 
@@ -66,7 +66,8 @@ def test_e4m3_decoders_match_torch(level, device):
     each decoder and form the kernels use (bytes or words, with the unit or folded into a
     scale), by integer decoding (SM80/86; on a newer GPU too) and by the hardware conversion
     (SM89 and newer; the interpreter runs both, the second with its own conversion)."""
-    if level > 0 and device.type == "cuda" and configs.fp8_cvt_level(torch.cuda.get_device_capability(device)) < level:
+    if (level > 0 and device.type == "cuda"
+            and configs.fp8_cvt_level(torch.cuda.get_device_capability(device)) < level):
         pytest.skip("this conversion needs a newer GPU")
     raw = torch.arange(256, dtype=torch.int32).to(torch.uint8)
     want = raw.view(torch.float8_e4m3fn).float()

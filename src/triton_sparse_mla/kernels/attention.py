@@ -245,7 +245,8 @@ def sparse_mla_fwd_kernel(
                 b_idx = tl.load(p_idx + o_n, mask=m_n, other=-1)
             m_n = m_n & (b_idx >= 0) & (b_idx < n_rows)
             p_row = kv_ptr + b_idx.to(tl.int64) * stride_kv  # [BLOCK_N]
-            b_k0 = load_latent_tile(p_row, m_n, 0, FP8, FP8_CVT, DTYPE, PIN_CVT, FP8_F16, INTERPRET)  # [BLOCK_N, 128]
+            # [BLOCK_N, 128] each
+            b_k0 = load_latent_tile(p_row, m_n, 0, FP8, FP8_CVT, DTYPE, PIN_CVT, FP8_F16, INTERPRET)
             b_k1 = load_latent_tile(p_row, m_n, 1, FP8, FP8_CVT, DTYPE, PIN_CVT, FP8_F16, INTERPRET)
             b_k2 = load_latent_tile(p_row, m_n, 2, FP8, FP8_CVT, DTYPE, PIN_CVT, FP8_F16, INTERPRET)
             b_k3 = load_latent_tile(p_row, m_n, 3, FP8, FP8_CVT, DTYPE, PIN_CVT, FP8_F16, INTERPRET)

@@ -3,12 +3,12 @@
 The 512 latent columns of a cache row are handled as four tiles of 128 columns, the fp8_ds_mla
 quantization tile. An fp8 tile is dequantized where it is loaded: each e4m3 value is converted
 exactly (to fp16, then fp32 where needed), multiplied by its row's fp32 scale for that tile
-(:func:`scale_tile`), and rounded once to q's dtype; from there on it is the same tile a bf16 cache would give. Measured on the H200
-(BENCHMARKS.md, "fp8_ds_mla: dequantize at load"), this beats keeping the exact e4m3 values
-and applying the scales to the scores and probabilities, which needs one probability tile per
-latent tile, each moved between warps through shared memory: 5-10% in decode, 14-23% in
-prefill, for one extra bf16 rounding of the cache values (none with power-of-two scales,
-whose products with e4m3 values are exact in bf16).
+(:func:`scale_tile`), and rounded once to q's dtype; from there on it is the same tile a bf16
+cache would give. Measured on the H200 (BENCHMARKS.md, "fp8_ds_mla: dequantize at load"), this
+beats keeping the exact e4m3 values and applying the scales to the scores and probabilities,
+which needs one probability tile per latent tile, each moved between warps through shared
+memory: 5-10% in decode, 14-23% in prefill, for one extra bf16 rounding of the cache values
+(none with power-of-two scales, whose products with e4m3 values are exact in bf16).
 """
 
 import triton

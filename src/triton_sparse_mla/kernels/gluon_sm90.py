@@ -459,7 +459,11 @@ def tile_variant(tile, fp8: bool):
         return (gluon_fp8_producer.sparse_mla_gluon_fp8_ws_kernel,
                 dict(F16=tile.fp8_f16, NS=NS, PW=pw, BLOCK_H=tile.block_h), tile.num_warps)
     if tile.block_h < 64:
-        from . import gluon_narrow_plain
+        from . import gluon_narrow_plain, gluon_narrow_split
+
+        if gluon_narrow_split.ENABLED:  # EXPERIMENT: two consumer warpgroups
+            return (gluon_narrow_split.sparse_mla_gluon_narrow_split_kernel,
+                    dict(NS=NS, PW=pw, BLOCK_H=tile.block_h), tile.num_warps)
 
         return (gluon_narrow_plain.sparse_mla_gluon_narrow_kernel, dict(NS=NS, PW=pw, BLOCK_H=tile.block_h),
                 tile.num_warps)

@@ -220,9 +220,17 @@ def test_paged_mqa_logits_bad_input(device):
         paged_mqa_logits(unaligned, *args[1:])
 
 
-def test_warmup_runs_every_kind_of_call(device):
+@pytest.mark.parametrize("default_dtype", [torch.float32, torch.bfloat16])
+def test_warmup_runs_every_kind_of_call(device, default_dtype):
     """The warm-up's tiny calls are valid calls of both kernels (decode with 1 and 2 rows per
-    request), at the models' geometry."""
+    request), at the models' geometry; also under a default dtype of bf16, which vLLM sets
+    while it builds the model's layers (their warm-up runs then: found in an engine on an
+    H100, where it failed on fp32 arguments made in the default dtype)."""
     from triton_sparse_mla.indexer import warmup
 
-    warmup(device, 32, D)
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(default_dtype)
+    try:
+        warmup(device, 32, D)
+    finally:
+        torch.set_default_dtype(before)

@@ -78,7 +78,7 @@ def _fp8(g, *shape):
     return (torch.randn(*shape, generator=g) * 2).to(torch.float8_e4m3fn)
 
 
-def test_prefill_through_vllms_wrapper(deep_gemm):
+def test_prefill_through_vllms_wrapper(deep_gemm, device):
     """``fp8_fp4_mqa_logits((q, None), (k, k_scale), weights, ks, ke, max_seqlen_k)``: causal
     rows of two requests in one gathered key buffer, compressed logits."""
     assert indexer_fallback.install((8, 9), {})
@@ -92,6 +92,7 @@ def test_prefill_through_vllms_wrapper(deep_gemm):
     # the scales as vLLM's gather leaves them: [N, 4] bytes viewed as fp32, squeezed
     k_scale = (torch.rand(n_keys, 1, generator=g) + 0.1).view(torch.uint8).view(torch.float32).squeeze(-1)
     weights = torch.randn(m_rows, heads, generator=g)
+    q, k, k_scale, weights, ks, ke = (x.to(device) for x in (q, k, k_scale, weights, ks, ke))
     got = deep_gemm.fp8_fp4_mqa_logits((q, None), (k, k_scale), weights, ks, ke, width)
     ref = mqa_logits_reference(q, k, k_scale, weights, ks, ke, width)
     valid = torch.isfinite(ref)
@@ -105,7 +106,7 @@ def test_prefill_through_vllms_wrapper(deep_gemm):
 
 
 @pytest.mark.parametrize("next_n", [1, 2])
-def test_decode_through_vllms_wrappers(deep_gemm, monkeypatch, next_n):
+def test_decode_through_vllms_wrappers(deep_gemm, monkeypatch, next_n, device):
     """The metadata and paged calls as vLLM's decode makes them: 2-D context lengths (row j of
     a request sees ``L - next_n + j + 1`` positions), a ``[num_blocks, 64, 1, 132]`` cache, a
     block table wider than needed."""
@@ -125,6 +126,7 @@ def test_decode_through_vllms_wrappers(deep_gemm, monkeypatch, next_n):
     tables = torch.cat([tables, torch.full((3, 2), 7777, dtype=torch.int32)], dim=1)
     q = _fp8(g, 3, next_n, heads, D)
     weights = torch.randn(3 * next_n, heads, generator=g)
+    lens, cache, tables, q, weights = (x.to(device) for x in (lens, cache, tables, q, weights))
     schedule = deep_gemm.get_paged_mqa_logits_metadata(lens, block_size, num_sms)
     assert schedule.shape == (num_sms + 1, 2) and schedule.dtype == torch.int32
     got = deep_gemm.fp8_fp4_paged_mqa_logits((q, None), cache, weights, lens, tables, schedule,

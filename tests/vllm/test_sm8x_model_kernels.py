@@ -47,6 +47,11 @@ def _no_worse(ours: torch.Tensor, theirs: torch.Tensor, truth: torch.Tensor, sca
     assert ((a - t).abs() <= (b - t).abs() + 1e-6)[differ].all()
 
 
+def _on(args, device):
+    """``args`` with its tensors on ``device`` (built on the CPU from a seeded generator)."""
+    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in args.items()}
+
+
 def _q_args(g, interleave):
     t, hq, hi = 5, 4, 8
     return dict(
@@ -63,8 +68,8 @@ def _q_args(g, interleave):
 
 
 @pytest.mark.parametrize("interleave", [False, True], ids=["neox", "interleaved"])
-def test_fused_q_matches_vllms(interleave):
-    args = _q_args(torch.Generator().manual_seed(int(interleave)), interleave)
+def test_fused_q_matches_vllms(interleave, device):
+    args = _on(_q_args(torch.Generator().manual_seed(int(interleave)), interleave), device)
     q8_ref, w_ref, q_pe_ref = K.fused_q(**args)
     q8, w, q_pe = sm8x._fused_q(K.fused_q)(**args)
     assert torch.allclose(q_pe.float(), q_pe_ref.float(), rtol=2 ** -7, atol=1e-6)
@@ -112,8 +117,8 @@ def _fresh(args):
 
 @pytest.mark.parametrize("mla_dtype", ["auto", "fp8_ds_mla"])
 @pytest.mark.parametrize("interleave", [False, True], ids=["neox", "interleaved"])
-def test_fused_norm_rope_matches_vllms(mla_dtype, interleave):
-    args = _norm_rope_args(torch.Generator().manual_seed(7), mla_dtype, interleave)
+def test_fused_norm_rope_matches_vllms(mla_dtype, interleave, device):
+    args = _on(_norm_rope_args(torch.Generator().manual_seed(7), mla_dtype, interleave), device)
     ref, ours = _fresh(args), _fresh(args)
     q_ref = K.fused_norm_rope(**ref)
     q_ours = sm8x._fused_norm_rope(K.fused_norm_rope)(**ours)
@@ -131,7 +136,7 @@ def test_fused_norm_rope_matches_vllms(mla_dtype, interleave):
     assert (scales.reshape(-1)[slots[live]] > 0).all()
     flat, flat_ref = keys.reshape(-1, 128)[slots[live]], keys_ref.reshape(-1, 128)[slots[live]]
     _no_worse(flat, flat_ref, truth["index_k_out"][live], scales.reshape(-1)[slots[live]][:, None])
-    written = torch.zeros(48, dtype=torch.bool)
+    written = torch.zeros(48, dtype=torch.bool, device=device)
     written[slots[live]] = True
     assert (keys.reshape(-1, 128)[~written].view(torch.uint8) == 0).all()  # the padding token wrote nothing
     mla, mla_ref = ours["mla_kv_cache"].reshape(48, -1), ref["mla_kv_cache"].reshape(48, -1)
@@ -294,18 +299,18 @@ def test_fp8_packer_warmed_up_as_bytes(modules):
         packer, dtype=torch.uint8, pad_value=3)  # other keys unchanged
 
 
-def test_fp8_queries_packed_as_bytes(modules):
+def test_fp8_queries_packed_as_bytes(modules, device):
     """The decode packer vLLM uses on ragged batches takes fp8 queries as bytes (pads 0)."""
     _, indexer, _ = modules
     original = indexer.pack_seq_triton
     sm8x.install((8, 0), "auto")
     g = torch.Generator().manual_seed(0)
-    q = (torch.randn(5, 4, 128, generator=g) * 3).to(FP8)
-    lens = torch.tensor([2, 3], dtype=torch.int32)
+    q = (torch.randn(5, 4, 128, generator=g) * 3).to(FP8).to(device)
+    lens = torch.tensor([2, 3], dtype=torch.int32, device=device)
     packed = indexer.pack_seq_triton(q, lens)
     assert packed.dtype == FP8 and packed.shape[:2] == (2, 3)
     assert torch.equal(packed[0, :2].view(torch.uint8), q[:2].view(torch.uint8))
     assert torch.equal(packed[1].view(torch.uint8), q[2:].view(torch.uint8))
     assert (packed[0, 2].view(torch.uint8) == 0).all()
-    other = torch.randn(5, 4, 8, generator=g)  # other dtypes go to vLLM's packer unchanged
+    other = torch.randn(5, 4, 8, generator=g).to(device)  # other dtypes go to vLLM's packer unchanged
     assert torch.equal(indexer.pack_seq_triton(other, lens), original(other, lens))

@@ -115,6 +115,27 @@ def _fresh(args):
     return {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in args.items()}
 
 
+def _exact_rows(args):
+    """The rows the caches quantize, in float64 from the inputs by vLLM's formulas: the MLA
+    latent after its RMS norm, and the indexer key after its LayerNorm and rope."""
+    x = args["kv_c"].double()
+    latent = x * torch.rsqrt((x * x).mean(-1, keepdim=True) + args["kv_rms_eps"]) * args["kv_rms_norm_w"].double()
+    k = args["index_k"].double()
+    centred = k - k.mean(-1, keepdim=True)
+    k = (centred * torch.rsqrt((centred * centred).mean(-1, keepdim=True) + args["index_k_layer_norm_eps"])
+         * args["index_k_layer_norm_w"].double() + args["index_k_layer_norm_bias"].double())
+    cos, sin = sm8x._cos_sin(args["index_k_rope_cos_sin_cache"], args["positions"])
+    return latent, sm8x.rope(k, cos.double(), sin.double(), args["index_rope_interleave"])
+
+
+def _rounded_once(ours: torch.Tensor, exact: torch.Tensor, scale: torch.Tensor):
+    """fp8 ``ours`` is the exact values divided by ``scale``, rounded to fp8 once, but for at
+    most a few values (fp32's rounding of the inputs' arithmetic can cross an fp8 midpoint). A
+    rounding to bf16 first moves about one value in thirty."""
+    differ = ours.view(torch.uint8) != (exact / scale).to(FP8).view(torch.uint8)
+    assert differ.sum() <= max(2, differ.numel() // 200), f"{int(differ.sum())} of {differ.numel()} differ"
+
+
 @pytest.mark.parametrize("mla_dtype", ["auto", "fp8_ds_mla"])
 @pytest.mark.parametrize("interleave", [False, True], ids=["neox", "interleaved"])
 def test_fused_norm_rope_matches_vllms(mla_dtype, interleave, device):
@@ -124,10 +145,7 @@ def test_fused_norm_rope_matches_vllms(mla_dtype, interleave, device):
     q_ours = sm8x._fused_norm_rope(K.fused_norm_rope)(**ours)
     assert torch.equal(q_ours, q_ref)
     assert torch.equal(ours["topk_indices_buffer"], ref["topk_indices_buffer"])
-    # the normed, roped indexer keys in bf16, as the replacement quantizes them
-    truth = dict(_fresh(args), indexer_k_cache=None, mla_kv_cache=None,
-                 index_k_out=torch.empty_like(args["index_k"]))
-    K.fused_norm_rope(**truth)
+    latent, keys_exact = _exact_rows(args)
     keys, scales = unpack_indexer_k_cache(ours["indexer_k_cache"][:, :, None])
     keys_ref, scales_ref = unpack_indexer_k_cache(ref["indexer_k_cache"][:, :, None])
     slots = args["slot_mapping"]
@@ -135,7 +153,9 @@ def test_fused_norm_rope_matches_vllms(mla_dtype, interleave, device):
     assert torch.equal(scales.reshape(-1)[slots[live]], scales_ref.reshape(-1)[slots[live]])
     assert (scales.reshape(-1)[slots[live]] > 0).all()
     flat, flat_ref = keys.reshape(-1, 128)[slots[live]], keys_ref.reshape(-1, 128)[slots[live]]
-    _no_worse(flat, flat_ref, truth["index_k_out"][live], scales.reshape(-1)[slots[live]][:, None])
+    row_scale = scales.reshape(-1)[slots[live]][:, None]
+    _no_worse(flat, flat_ref, keys_exact[live], row_scale)
+    _rounded_once(flat, keys_exact[live], row_scale)
     written = torch.zeros(48, dtype=torch.bool, device=device)
     written[slots[live]] = True
     assert (keys.reshape(-1, 128)[~written].view(torch.uint8) == 0).all()  # the padding token wrote nothing
@@ -146,11 +166,15 @@ def test_fused_norm_rope_matches_vllms(mla_dtype, interleave, device):
     assert (mla[~written] == 0).all()
     assert torch.equal(mla[slots[live], 512:], mla_ref[slots[live], 512:])  # scales and bf16 rope
     tile_scale = mla[slots[live], 512:528].view(torch.float32).repeat_interleave(128, dim=1)
-    _no_worse(mla[slots[live], :512].view(FP8), mla_ref[slots[live], :512].view(FP8),
-              truth["kv_c_out"][live], tile_scale)
-    # and the rows read back as the normed kv_c and roped k_pe, to fp8's precision
+    values, values_ref = mla[slots[live], :512].view(FP8), mla_ref[slots[live], :512].view(FP8)
+    _no_worse(values, values_ref, latent[live], tile_scale)
+    _rounded_once(values, latent[live], tile_scale)
+    # and the rows read back as the normed kv_c and the roped k_pe (vLLM's bf16 output), to
+    # fp8's precision
+    roped = dict(_fresh(args), indexer_k_cache=None, mla_kv_cache=None, k_pe_out=torch.empty_like(args["k_pe"]))
+    K.fused_norm_rope(**roped)
     rows = dequantize_fp8_ds_mla(mla[slots[live]])
-    truth_rows = torch.cat([truth["kv_c_out"], truth["k_pe_out"]], dim=-1)[live].float()
+    truth_rows = torch.cat([latent.float(), roped["k_pe_out"].float()], dim=-1)[live]
     assert torch.allclose(rows, truth_rows, rtol=2 ** -4, atol=tile_scale.max().item() * 2 ** -9)
 
 

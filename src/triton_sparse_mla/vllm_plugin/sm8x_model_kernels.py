@@ -11,13 +11,14 @@ that module, and vLLM's sequence packer's fp8 use in its indexer: the call
 registers for fp8 (``get_warmup_keys`` of vLLM's packer, so that start-up compiles the byte
 kernel the call uses; the fp8 one fails to compile there):
 
-* ``fused_norm_rope``: vLLM's own kernel still does the norms and rope, but is handed no fp8
-  cache (it then writes the normalised, roped rows it would have cached to outputs it already
-  has, in the model's dtype); the fp8 rows are quantized in PyTorch, whose fp8 conversion runs
-  on any GPU, with vLLM's scales (a power of two per indexer row; per 128-value tile for
-  fp8_ds_mla), and scattered to their slots by :func:`triton_sparse_mla.kernels.scatter.scatter_rows`.
-  One difference from the fused path: the rows are rounded to the model's dtype (bf16) before
-  their fp8 rounding, as vLLM's own context-parallel path does.
+* ``fused_norm_rope``: vLLM's own kernel still does the query's norm and the rope of the MLA
+  rows' rope part (kept in bf16 by the cache), but is handed no fp8 cache; the rows to be
+  quantized (the MLA latent after its RMS norm, the indexer key after its LayerNorm and rope)
+  are computed again in fp32 in PyTorch, with vLLM's formulas, and quantized from fp32 as the
+  fused kernel does (not from the bf16 outputs, whose second rounding moved about one value in
+  thirty by a whole fp8 step), with vLLM's scales (a power of two per indexer row; per
+  128-value tile for fp8_ds_mla), by PyTorch's fp8 conversion, which runs on any GPU; then
+  scattered to their slots by :func:`triton_sparse_mla.kernels.scatter.scatter_rows`.
 * ``fused_q``: in PyTorch: the interleaved rope of the MLA query's rope part (bf16 queries
   only: fp8 MLA queries are refused, and this backend never asks for them), and the indexer
   query's rope (NeoX or interleaved), its fp8 quantization with a power-of-two scale per
@@ -127,6 +128,21 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleave: bool
     return out
 
 
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """vLLM's RMS norm of the rows of ``x [..., D]`` in fp32: ``x * rsqrt(mean(x^2) + eps) *
+    weight``."""
+    x = x.float()
+    return x * torch.rsqrt((x * x).mean(dim=-1, keepdim=True) + eps) * weight.float()
+
+
+def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
+    """vLLM's LayerNorm of the rows of ``x [..., D]`` in fp32 (biased variance)."""
+    x = x.float()
+    centred = x - x.mean(dim=-1, keepdim=True)
+    rstd = torch.rsqrt((centred * centred).mean(dim=-1, keepdim=True) + eps)
+    return centred * rstd * weight.float() + bias.float()
+
+
 # --- the cache writers -------------------------------------------------------------------
 
 
@@ -186,18 +202,19 @@ def _fused_norm_rope(original, a):
         k_slots = mla_slots
     if split_k:
         a["indexer_k_cache"] = None
-        if a["index_k_out"] is None:
-            a["index_k_out"] = torch.empty_like(a["index_k"])
     if split_mla:
         a["mla_kv_cache"] = None
-        for out, src in (("kv_c_out", "kv_c"), ("k_pe_out", "k_pe")):
-            if a[out] is None:
-                a[out] = torch.empty_like(a[src])
+        if a["k_pe_out"] is None:  # (the roped rope part, which the cache keeps in bf16)
+            a["k_pe_out"] = torch.empty_like(a["k_pe"])
     q_c_out = original(**a)
     if split_k:
-        write_indexer_k(a["index_k_out"], k_cache, k_slots)
+        cos, sin = _cos_sin(a["index_k_rope_cos_sin_cache"], a["positions"])
+        keys = layer_norm(a["index_k"], a["index_k_layer_norm_w"], a["index_k_layer_norm_bias"],
+                          a["index_k_layer_norm_eps"])
+        write_indexer_k(rope(keys, cos, sin, a["index_rope_interleave"]), k_cache, k_slots)
     if split_mla:
-        write_fp8_ds_mla(a["kv_c_out"], a["k_pe_out"], mla_cache, mla_slots)
+        latent = rms_norm(a["kv_c"], a["kv_rms_norm_w"], a["kv_rms_eps"])
+        write_fp8_ds_mla(latent, a["k_pe_out"], mla_cache, mla_slots)
     return q_c_out
 
 

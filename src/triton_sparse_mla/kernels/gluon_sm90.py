@@ -31,7 +31,9 @@ warps (the alternate-tile kernel 1.03-1.22x over it, run 153), and the next tile
 issued during this tile's softmax (0.75-0.82x, run 76). Their code: commit 44043de and
 earlier. Also (2026-12-05): the few-head consumers freeing each ring slot in two halves for
 the producer to refill sooner (``free_halves``, 0.88-0.99x under Triton 3.8, run 245; commit
-580c519).
+580c519); and (H100, run 261) the few-head bf16 tile with two consumer warpgroups, each over
+half of the latent columns, exchanging partial scores through shared memory (0.90x at 16 heads,
+0.97x at 8 in prefill over 32K rows; commit 1b1d773).
 
 Import only where this Triton has the Gluon calls used (:func:`kernels.attention.gluon_module`);
 the kernels run only on SM90 GPUs, never under the interpreter
@@ -459,11 +461,7 @@ def tile_variant(tile, fp8: bool):
         return (gluon_fp8_producer.sparse_mla_gluon_fp8_ws_kernel,
                 dict(F16=tile.fp8_f16, NS=NS, PW=pw, BLOCK_H=tile.block_h), tile.num_warps)
     if tile.block_h < 64:
-        from . import gluon_narrow_plain, gluon_narrow_split
-
-        if gluon_narrow_split.ENABLED:  # EXPERIMENT: two consumer warpgroups
-            return (gluon_narrow_split.sparse_mla_gluon_narrow_split_kernel,
-                    dict(NS=NS, PW=pw, BLOCK_H=tile.block_h), tile.num_warps)
+        from . import gluon_narrow_plain
 
         return (gluon_narrow_plain.sparse_mla_gluon_narrow_kernel, dict(NS=NS, PW=pw, BLOCK_H=tile.block_h),
                 tile.num_warps)

@@ -154,7 +154,8 @@ def _indexer_variants(cap: int):
     types.update(q_ptr="*u8", k_ptr="*u8", k_scale_ptr="*fp32", w_ptr="*fp32",
                  starts_ptr="*i32", ends_ptr="*i32", out_ptr="*fp32")
     cvt = configs.fp8_cvt_level(divmod(cap, 10))
-    k = dict(H=64, D=128, BLOCK_M=flat.BLOCK_M, BLOCK_N=flat.BLOCK_N, FP8_CVT=cvt, INTERPRET=False)
+    k = dict(H=64, D=128, BLOCK_M=flat.BLOCK_M, BLOCK_N=flat.BLOCK_N, FP8_CVT=cvt, INTERPRET=False,
+             FP8_DOT=flat.fp8_dot(cvt, False))
     yield ("mqa_logits", flat.mqa_logits_kernel, types, k,
            {n for n in names if n.endswith("_ptr") and n not in ("starts_ptr", "ends_ptr")}
            | {"stride_qm", "stride_qh", "stride_kn", "stride_wm"},
@@ -166,7 +167,7 @@ def _indexer_variants(cap: int):
     for next_n, heads in ((1, 64), (2, 64), (2, 32), (4, 32)):
         g, block_h, warps = paged.tile(next_n, heads)
         k = dict(NEXT_N=next_n, G=g, H=heads, BLOCK_H=block_h, D=128, BLOCK_SIZE=64,
-                 FP8_CVT=cvt, INTERPRET=False)
+                 FP8_CVT=cvt, INTERPRET=False, FP8_DOT=flat.fp8_dot(cvt, False))
         yield (f"paged_mqa_logits next_n={next_n} H={heads}", paged.paged_mqa_logits_kernel, types, k,
                {n for n in names if n.endswith("_ptr")}
                | {"stride_cb", "stride_qb", "stride_qn", "stride_qh", "stride_wr"},

@@ -14,16 +14,30 @@ key tile is converted once for all heads; a query tile once per key tile. No wor
 memory profile does not count one. q's and k's rows must start at 4-byte aligned addresses.
 """
 
+import os
+
 import triton
 import triton.language as tl
 
 from ..hostmath import cdiv
-from ..kernels.common import LAUNCH_OPTIONS, e4m3_unit, e4m3_words_to_f16, load_words, mma
+from ..kernels.common import LAUNCH_OPTIONS, e4m3_rows_operand, e4m3_unit, mma
 
 BLOCK_M = 64
 BLOCK_N = 64
 NUM_WARPS = 4
 NUM_STAGES = 2
+# EXPERIMENT (forty-fifth session; not yet run on a GPU): the products on the fp8 tensor cores
+# (SM89 and newer), q and k as loaded, instead of decoded to fp16. Counted in the SASS (sm89,
+# Triton 3.8): 720 instead of 1060 warp instructions per head and key tile, half the MMA
+# instructions (QMMA.16832 against HMMA.16816). Where the fp16 MMA rate bounds the kernel (the
+# RTX 40xx and L40S run fp8 at twice it) that is up to 2x. Off unless TSM_INDEXER_FP8_DOT=1.
+FP8_DOT = os.environ.get("TSM_INDEXER_FP8_DOT", "0") == "1"
+
+
+def fp8_dot(fp8_cvt: int, interpret: bool) -> bool:
+    """Whether the indexer's products run on the fp8 tensor cores: with :data:`FP8_DOT`, where
+    the hardware converts e4m3 (SM89 and newer), not under the interpreter."""
+    return FP8_DOT and fp8_cvt == 1 and not interpret
 
 
 # Not specialized, so that indexer.warmup's call compiles what serving runs: the sizes, the
@@ -36,7 +50,7 @@ def mqa_logits_kernel(
     n_rows, n_keys, width,
     stride_qm, stride_qh, stride_kn, stride_wm, stride_wh, stride_om,
     H: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    FP8_CVT: tl.constexpr, INTERPRET: tl.constexpr,
+    FP8_CVT: tl.constexpr, INTERPRET: tl.constexpr, FP8_DOT: tl.constexpr = False,
 ):
     i_m = tl.program_id(0)
     i_n = tl.program_id(1)
@@ -57,12 +71,12 @@ def mqa_logits_kernel(
         m_n = o_n < hi
         # [BLOCK_N, D], without the decoders' unit (folded into the keys' scales below, twice:
         # q's and k's)
-        b_k = e4m3_words_to_f16(load_words(k_ptr + o_n.to(tl.int64) * stride_kn, m_n, D // 4),
-                                FP8_CVT, INTERPRET, False)
+        b_k = e4m3_rows_operand(k_ptr + o_n.to(tl.int64) * stride_kn, m_n, D, FP8_CVT, INTERPRET,
+                                FP8_DOT)
         b_acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         for h in range(H):
-            b_q = e4m3_words_to_f16(load_words(p_q + h * stride_qh, m_m, D // 4), FP8_CVT,
-                                    INTERPRET, False)  # [BLOCK_M, D]
+            b_q = e4m3_rows_operand(p_q + h * stride_qh, m_m, D, FP8_CVT, INTERPRET,
+                                    FP8_DOT)  # [BLOCK_M, D]
             b_w = tl.load(p_w + h * stride_wh, mask=m_m, other=0.0)
             b_s = mma(b_q, tl.trans(b_k), INTERPRET)  # [BLOCK_M, BLOCK_N]
             b_acc += tl.maximum(b_s, 0.0) * b_w[:, None]
@@ -89,6 +103,6 @@ def launch_mqa_logits(q8, k8, k_scale, weights, row_starts, row_ends, out, *, sm
         q8.stride(0), q8.stride(1), k8.stride(0), weights.stride(0), weights.stride(1),
         out.stride(0),
         H=n_heads, D=d, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, FP8_CVT=fp8_cvt, INTERPRET=interpret,
-        num_warps=NUM_WARPS, num_stages=NUM_STAGES, **LAUNCH_OPTIONS,
+        FP8_DOT=fp8_dot(fp8_cvt, interpret), num_warps=NUM_WARPS, num_stages=NUM_STAGES, **LAUNCH_OPTIONS,
     )
     return out

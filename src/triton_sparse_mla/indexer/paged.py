@@ -16,7 +16,8 @@ import triton
 import triton.language as tl
 
 from ..hostmath import cdiv, next_power_of_2
-from ..kernels.common import LAUNCH_OPTIONS, e4m3_unit, e4m3_words_to_f16, load_words, mma
+from ..kernels.common import LAUNCH_OPTIONS, e4m3_rows_operand, e4m3_unit, mma
+from .flat import fp8_dot
 
 MAX_TILE_ROWS = 128  # G * BLOCK_H: the query tile's rows (q and the accumulator in registers)
 
@@ -31,6 +32,7 @@ def paged_mqa_logits_kernel(
     stride_wh, stride_om,
     NEXT_N: tl.constexpr, G: tl.constexpr, H: tl.constexpr, BLOCK_H: tl.constexpr,
     D: tl.constexpr, BLOCK_SIZE: tl.constexpr, FP8_CVT: tl.constexpr, INTERPRET: tl.constexpr,
+    FP8_DOT: tl.constexpr = False,
 ):
     i_b = tl.program_id(0)
     i_g = tl.program_id(1)
@@ -43,7 +45,7 @@ def paged_mqa_logits_kernel(
     m_r = (o_j < NEXT_N) & (o_h < H)
     p_q = q_ptr + i_b.to(tl.int64) * stride_qb + o_j * stride_qn + o_h * stride_qh
     # [G * BLOCK_H, D], without the decoders' unit (folded into the keys' scales, with k's)
-    b_q = e4m3_words_to_f16(load_words(p_q, m_r, D // 4), FP8_CVT, INTERPRET, False)
+    b_q = e4m3_rows_operand(p_q, m_r, D, FP8_CVT, INTERPRET, FP8_DOT)
     b_w = tl.load(w_ptr + (i_b.to(tl.int64) * NEXT_N + o_j) * stride_wr + o_h * stride_wh,
                   mask=m_r, other=0.0)  # [G * BLOCK_H]
     # the group's rows: their limits, and where their logits go
@@ -57,8 +59,7 @@ def paged_mqa_logits_kernel(
         blk = tl.load(table_ptr + i_b.to(tl.int64) * stride_tb + i_blk).to(tl.int64)
         p_blk = cache_ptr + blk * stride_cb
         # [BLOCK_SIZE, D]: every position of a block is read (the mask is all true)
-        b_k = e4m3_words_to_f16(load_words(p_blk + o_t * D, o_t < BLOCK_SIZE, D // 4), FP8_CVT,
-                                INTERPRET, False)
+        b_k = e4m3_rows_operand(p_blk + o_t * D, o_t < BLOCK_SIZE, D, FP8_CVT, INTERPRET, FP8_DOT)
         p_scale = (p_blk + BLOCK_SIZE * D).to(tl.pointer_type(tl.float32), bitcast=True)
         b_scale = e4m3_unit(e4m3_unit(tl.load(p_scale + o_t), FP8_CVT), FP8_CVT)  # [BLOCK_SIZE]
         b_s = tl.maximum(mma(b_q, tl.trans(b_k), INTERPRET), 0.0) * b_w[:, None]
@@ -94,6 +95,6 @@ def launch_paged_mqa_logits(q8, kv_cache, weights, limits, block_tables, out, *,
         n_blocks_max, out.shape[1], kv_cache.stride(0), block_tables.stride(0), q8.stride(0),
         q8.stride(1), q8.stride(2), weights.stride(0), weights.stride(1), out.stride(0),
         NEXT_N=next_n, G=g, H=n_heads, BLOCK_H=block_h, D=d, BLOCK_SIZE=block_size,
-        FP8_CVT=fp8_cvt, INTERPRET=interpret, num_warps=num_warps, **LAUNCH_OPTIONS,
+        FP8_CVT=fp8_cvt, INTERPRET=interpret, FP8_DOT=fp8_dot(fp8_cvt, interpret), num_warps=num_warps, **LAUNCH_OPTIONS,
     )
     return out

@@ -103,6 +103,22 @@ def load_words(p_byte, m_n, N_WORDS: tl.constexpr):
 
 
 @triton.jit
+def e4m3_rows_operand(p_rows, m_rows, D: tl.constexpr, FP8_CVT: tl.constexpr, INTERPRET: tl.constexpr,
+                      FP8_DOT: tl.constexpr):
+    """``[R, D]`` float8_e4m3fn rows from byte pointers ``p_rows`` (4-byte aligned; masked rows
+    zero) as a ``tl.dot`` operand: with FP8_DOT the bytes themselves as float8e4nv (fp8 tensor
+    cores: SM89 and newer, never under the interpreter), else fp16 decoded from 32-bit words
+    without the integer decoder's unit (:func:`e4m3_words_to_f16` with ``EXACT`` off; scale by
+    :func:`e4m3_unit`, the identity wherever FP8_DOT can be on)."""
+    if FP8_DOT:
+        b = tl.load(p_rows[:, None] + tl.arange(0, D)[None, :], mask=m_rows[:, None], other=0)
+        b = b.to(tl.float8e4nv, bitcast=True)
+    else:
+        b = e4m3_words_to_f16(load_words(p_rows, m_rows, D // 4), FP8_CVT, INTERPRET, False)
+    return b
+
+
+@triton.jit
 def e4m3_words_to_f16(b_w, FP8_CVT: tl.constexpr, INTERPRET: tl.constexpr, EXACT: tl.constexpr = True):
     """``[R, W]`` int32 words of four float8_e4m3fn bytes each (in memory order) to
     ``[R, 4 W]`` float16, exactly (``EXACT`` as for :func:`e4m3_to_f16`).

@@ -119,7 +119,8 @@ def _exact_rows(args):
     """The rows the caches quantize, in float64 from the inputs by vLLM's formulas: the MLA
     latent after its RMS norm, and the indexer key after its LayerNorm and rope."""
     x = args["kv_c"].double()
-    latent = x * torch.rsqrt((x * x).mean(-1, keepdim=True) + args["kv_rms_eps"]) * args["kv_rms_norm_w"].double()
+    latent = (x * torch.rsqrt((x * x).mean(-1, keepdim=True) + args["kv_rms_eps"])
+              * args["kv_rms_norm_w"].double())
     k = args["index_k"].double()
     centred = k - k.mean(-1, keepdim=True)
     k = (centred * torch.rsqrt((centred * centred).mean(-1, keepdim=True) + args["index_k_layer_norm_eps"])
@@ -171,7 +172,8 @@ def test_fused_norm_rope_matches_vllms(mla_dtype, interleave, device):
     _rounded_once(values, latent[live], tile_scale)
     # and the rows read back as the normed kv_c and the roped k_pe (vLLM's bf16 output), to
     # fp8's precision
-    roped = dict(_fresh(args), indexer_k_cache=None, mla_kv_cache=None, k_pe_out=torch.empty_like(args["k_pe"]))
+    roped = dict(_fresh(args), indexer_k_cache=None, mla_kv_cache=None,
+                 k_pe_out=torch.empty_like(args["k_pe"]))
     K.fused_norm_rope(**roped)
     rows = dequantize_fp8_ds_mla(mla[slots[live]])
     truth_rows = torch.cat([latent.float(), roped["k_pe_out"].float()], dim=-1)[live]

@@ -95,6 +95,7 @@ def launch_paged_mqa_logits(q8, kv_cache, weights, limits, block_tables, out, *,
         n_blocks_max, out.shape[1], kv_cache.stride(0), block_tables.stride(0), q8.stride(0),
         q8.stride(1), q8.stride(2), weights.stride(0), weights.stride(1), out.stride(0),
         NEXT_N=next_n, G=g, H=n_heads, BLOCK_H=block_h, D=d, BLOCK_SIZE=block_size,
-        FP8_CVT=fp8_cvt, INTERPRET=interpret, FP8_DOT=fp8_dot(fp8_cvt, interpret), num_warps=num_warps, **LAUNCH_OPTIONS,
+        FP8_CVT=fp8_cvt, INTERPRET=interpret, FP8_DOT=fp8_dot(fp8_cvt, interpret), num_warps=num_warps,
+        **LAUNCH_OPTIONS,
     )
     return out

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One self-contained call on the GPU machine: install, test, sanitize, sweep, benchmark.
 # Usage (on the device, from the repo root): bash benchmarks/device_run.sh [steps...]
-# Steps: triton-a triton-b tests sanitizer sweep envab intdecode narrow stride fp8sweep splits splits-len warps fp8choice wsparts residency residency-toggle residency-warps indexer ncu ppc ppncu nbprobe vllmtests mid grid gatherl2 splitn splitlat splitprobe exchange apart racecheck racecheck-producer wide latency toggle bench prefill (default: tests sanitizer sweep bench
+# Steps: triton-a triton-b tests sanitizer sweep envab intdecode narrow stride fp8sweep splits splits-len warps fp8choice wsparts residency residency-toggle residency-warps indexer indexer-fp8dot ncu ppc ppncu nbprobe vllmtests mid grid gatherl2 splitn splitlat splitprobe exchange apart racecheck racecheck-producer wide latency toggle bench prefill (default: tests sanitizer sweep bench
 # prefill). toggle and residency-toggle time a boolean TileConfig field off and on, named by
 # $TOGGLE (e.g. TOGGLE=prefetch_idx), on the workloads of one row format if $TOGGLE_FMT is set
 # (e.g. TOGGLE_FMT=fp8_ds_mla) and of the head counts in $TOGGLE_HEADS (toggle only; e.g.
@@ -64,6 +64,10 @@ for s in $steps; do
       # (benchmarks/int_decode.py; the sm80 and sm86 tiles forced to integer decoding)
       timeout 400 python3 benchmarks/int_decode.py "$OUT/int-decode.jsonl" 2>&1 | tee "$OUT/int-decode.log" | grep -v "^INTDEC" ;;
     indexer) timeout 400 python3 benchmarks/indexer_bench.py "$OUT/indexer-bench.json" 2>&1 | tee "$OUT/indexer-bench.log" | grep -E "INDEXER|Error" ;;
+    indexer-fp8dot) # the indexer's fp8-tensor-core experiment (TSM_INDEXER_FP8_DOT): its tests, then
+      # the bench with it off and on, each in its own process
+      TSM_INDEXER_FP8_DOT=1 timeout 200 python3 -m pytest -q -p no:cacheprovider tests/test_indexer.py 2>&1 | tee "$OUT/indexer-fp8dot-tests.log" | tail -3
+      for v in 0 1; do TSM_INDEXER_FP8_DOT=$v timeout 200 python3 benchmarks/indexer_bench.py "$OUT/indexer-bench-fp8dot$v.json" 2>&1 | tee "$OUT/indexer-bench-fp8dot$v.log" | grep -E "INDEXER|Error" | sed "s/^/[fp8dot=$v] /"; done ;;
     fp8choice) timeout 420 python3 benchmarks/fp8_prefill_choice.py "$OUT/fp8-prefill-choice.json" ${CHOICE_HEADS:+--heads $CHOICE_HEADS} ${CHOICE_ROWS:+--rows $CHOICE_ROWS} ${CHOICE_SHARDQ:+--shardq} 2>&1 | tee "$OUT/fp8-prefill-choice.log" | grep CHOICE ;;
     residency) timeout 300 python3 benchmarks/residency.py "$OUT/residency.json" ${TOGGLE_FMT:+--fmt $TOGGLE_FMT} 2>&1 | tee "$OUT/residency.log" | grep RES ;;
     residency-toggle) timeout 300 python3 benchmarks/residency.py "$OUT/residency-toggle.json" --toggle "$TOGGLE" ${TOGGLE_FMT:+--fmt $TOGGLE_FMT} 2>&1 | tee "$OUT/residency-toggle.log" | grep RES ;;

@@ -20,6 +20,7 @@ import sys
 import torch
 
 from triton_sparse_mla.bench import header, heat, measure_ceilings, time_us
+from triton_sparse_mla.indexer import flat
 from triton_sparse_mla.indexer import (mqa_logits, mqa_logits_reference, pack_indexer_k_cache,
                                        paged_mqa_logits, paged_mqa_logits_reference)
 
@@ -82,6 +83,7 @@ def main(out_path):
     record = {"header": header(), "ceilings": measure_ceilings(), "rows": []}
     dg, dg_name = _deep_gemm()
     record["header"]["deep_gemm"] = dg_name if dg is not None else None
+    record["header"]["fp8_dot"] = flat.FP8_DOT  # the TSM_INDEXER_FP8_DOT experiment
     ceil = record["ceilings"]
     print(json.dumps(record["header"]), json.dumps(ceil), flush=True)
     work = []

@@ -46,7 +46,7 @@ for s in $steps; do
       for d in .t3*b; do t=${d#.}; t=${t%b}; mkdir -p "/tmp/$t" &&
         cat "/tmp/carry/${t}a" "$d/part-01" | xz -d -T4 | tar x -C "/tmp/$t" &&
         PYTHONPATH="/tmp/$t" TRITON_BACKENDS_IN_TREE=1 python3 -c "import triton; print('unpacked: EXTRA_SITE=/tmp/$t, triton', triton.__version__)"; done ;;
-    tests) timeout 420 python3 -m pytest -q -n 8 tests --ignore=tests/vllm -p no:cacheprovider 2>&1 | tee "$OUT/tests.log" | tail -5 ;;
+    tests) timeout 560 python3 -m pytest -q -n 12 tests --ignore=tests/vllm -p no:cacheprovider 2>&1 | tee "$OUT/tests.log" | tail -5 ;;
     sanitizer) timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 python3 benchmarks/sanitize_case.py 2>&1 | tee "$OUT/sanitizer.log" | tail -15 ;;
     sweep) timeout 400 python3 benchmarks/sweep.py "$OUT/sweep.json" > "$OUT/sweep.log" 2>&1; grep BEST "$OUT/sweep.log" ;;
     splits) timeout 200 python3 benchmarks/sweep.py "$OUT/sweep-splits.json" --splits 2>&1 | tee "$OUT/sweep-splits.log" | grep SPLIT ;;

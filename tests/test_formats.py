@@ -10,6 +10,7 @@ from triton_sparse_mla.boundary import interpreting
 from triton_sparse_mla.formats import (FP8_ROW_BYTES, dequantize_fp8_ds_mla, quantize_fp8_ds_mla,
                                        row_format)
 from triton_sparse_mla.kernels.common import e4m3_to_f16, e4m3_unit, e4m3_words_to_f16
+from triton_sparse_mla.kernels.e4m3_encode import f32_to_e4m3_bits
 
 
 @pytest.mark.parametrize("style", ["amax", "pow2"])
@@ -58,6 +59,40 @@ def _decode_kernel(x_ptr, y_ptr, FP8_CVT: tl.constexpr, INTERPRET: tl.constexpr)
     b_v = e4m3_words_to_f16(tl.reshape(b_w, [1, 64]), FP8_CVT, INTERPRET, False)
     b_u = tl.reshape(b_v, [256]).to(tl.float32) * e4m3_unit(b_one, FP8_CVT)
     tl.store(y_ptr + 768 + o, b_u)
+
+
+@triton.jit
+def _encode_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + o, mask=o < n, other=0.0)
+    tl.store(y_ptr + o, f32_to_e4m3_bits(x).to(tl.uint8), mask=o < n)
+
+
+def _encode(x, device):
+    y = torch.full(x.shape, 0x7F, dtype=torch.uint8, device=device)
+    _encode_kernel[(triton.cdiv(x.numel(), 1024),)](x.to(device), y, x.numel(), BLOCK=1024)
+    return y.cpu()
+
+
+def test_e4m3_encoder_matches_torch(device):
+    """The integer encoder (kernels/e4m3_encode.py) gives PyTorch's bytes: every finite e4m3
+    value, each midpoint of two neighbours (ties to even) and the fp32 values either side of
+    it, both signs, zeros and values that round to zero, and random values from 2^-12 to 448;
+    past 448 it saturates (from 464 PyTorch gives NaN)."""
+    e4m3 = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(torch.float8_e4m3fn).float()
+    pos = e4m3[:127].double()  # 0 .. 448, increasing (0x7F is NaN)
+    mid = ((pos[1:] + pos[:-1]) / 2).float()
+    g = torch.Generator().manual_seed(0)
+    rand = torch.exp2(torch.rand(4096, generator=g) * (8.807 + 12) - 12)  # 2^-12 .. 448
+    x = torch.cat([pos.float(), mid, torch.nextafter(mid, mid * 2), torch.nextafter(mid, mid * 0),
+                   rand, torch.tensor([2.0 ** -10, 2.0 ** -11, 2.0 ** -12, 1e-30, 0.0])])
+    x = torch.cat([x, -x])
+    want = x.to(torch.float8_e4m3fn).view(torch.uint8)
+    got = _encode(x, device)
+    bad = got != want
+    assert not bad.any(), f"{int(bad.sum())} differ, first at {x[bad][:4].tolist()}"
+    big = torch.tensor([448.0, 460.0, 463.9, 464.0, 500.0, 1e6])
+    assert _encode(torch.cat([big, -big]), device).tolist() == [0x7E] * 6 + [0xFE] * 6
 
 
 @pytest.mark.parametrize("level", [0, 1], ids=["integer", "hardware"])

@@ -185,6 +185,26 @@ def _scatter_variant():
             {"src_ptr", "dst_ptr", "slot_ptr"}, 4, 1)
 
 
+def _fp8_rows_variants():
+    """The fp8 row builders the vLLM plugin uses below SM89 (kernels/fp8_rows.py), as its
+    replacement calls them (bf16 inputs, 128-value indexer keys, NeoX and interleaved rope)."""
+    from .kernels import fp8_rows
+
+    names = _jit_fn(fp8_rows.indexer_key_rows_kernel).arg_names
+    types = {n: "i32" for n in names}
+    types.update(k_ptr="*bf16", w_ptr="*fp32", b_ptr="*fp32", cos_sin_ptr="*fp32", pos_ptr="*i64",
+                 out_ptr="*u8", scale_ptr="*fp32", eps="fp32")
+    for interleave in (False, True):
+        yield (f"indexer_key_rows interleave={int(interleave)}", fp8_rows.indexer_key_rows_kernel, types,
+               dict(D=128, HALF=32, INTERLEAVE=interleave), set(), 1, 1)
+    names = _jit_fn(fp8_rows.ds_mla_rows_kernel).arg_names
+    types = {n: "i32" for n in names}
+    types.update(kv_ptr="*bf16", w_ptr="*bf16", kpe_ptr="*bf16", out_ptr="*u8", eps="fp32")
+    yield ("ds_mla_rows", fp8_rows.ds_mla_rows_kernel, types,
+           dict(LAT=fp8_rows.LAT, TILE=fp8_rows.TILE, D_PE=fp8_rows.D_PE, ROW_BYTES=fp8_rows.ROW_BYTES),
+           set(), 4, 1)
+
+
 def check_all(families=None) -> list[dict]:
     """Compile everything; return one record per (family, target, config, variant)."""
     records = []
@@ -207,6 +227,7 @@ def check_all(families=None) -> list[dict]:
             jobs.extend(("workspace", v) for v in _workspace_variants(cap))
             jobs.extend(("indexer", v) for v in _indexer_variants(cap))
             jobs.append(("scatter", _scatter_variant()))
+            jobs.extend(("fp8 rows", v) for v in _fp8_rows_variants())
             for key, (label, kernel, types, constexprs, divisible, warps, stages) in jobs:
                 rec = dict(family=family, target=f"sm{cap}", config=key, variant=label,
                            num_warps=warps, num_stages=stages, limit=limit)

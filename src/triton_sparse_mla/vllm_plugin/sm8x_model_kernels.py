@@ -14,11 +14,12 @@ kernel the call uses; the fp8 one fails to compile there):
 * ``fused_norm_rope``: vLLM's own kernel still does the query's norm and the rope of the MLA
   rows' rope part (kept in bf16 by the cache), but is handed no fp8 cache; the rows to be
   quantized (the MLA latent after its RMS norm, the indexer key after its LayerNorm and rope)
-  are computed again in fp32 in PyTorch, with vLLM's formulas, and quantized from fp32 as the
-  fused kernel does (not from the bf16 outputs, whose second rounding moved about one value in
-  thirty by a whole fp8 step), with vLLM's scales (a power of two per indexer row; per
-  128-value tile for fp8_ds_mla), by PyTorch's fp8 conversion, which runs on any GPU; then
-  scattered to their slots by :func:`triton_sparse_mla.kernels.scatter.scatter_rows`.
+  are computed again in fp32, with vLLM's formulas, and quantized from fp32 as the fused kernel
+  does (not from the bf16 outputs, whose second rounding moved about one value in thirty by a
+  whole fp8 step), with vLLM's scales (a power of two per indexer row; per 128-value tile for
+  fp8_ds_mla), by one kernel per cache that encodes e4m3 with integer operations
+  (:mod:`triton_sparse_mla.kernels.fp8_rows`), then scattered to their slots by
+  :func:`triton_sparse_mla.kernels.scatter.scatter_rows`: four launches beside vLLM's one.
 * ``fused_q``: in PyTorch: the interleaved rope of the MLA query's rope part (bf16 queries
   only: fp8 MLA queries are refused, and this backend never asks for them), and the indexer
   query's rope (NeoX or interleaved), its fp8 quantization with a power-of-two scale per
@@ -38,7 +39,8 @@ import logging
 
 import torch
 
-from triton_sparse_mla.formats import E4M3_MAX, quantize_fp8_ds_mla
+from triton_sparse_mla.formats import E4M3_MAX
+from triton_sparse_mla.kernels.fp8_rows import ds_mla_rows, indexer_key_rows
 from triton_sparse_mla.kernels.scatter import scatter_rows
 
 logger = logging.getLogger("vllm.plugins.triton_sparse_mla")
@@ -46,10 +48,9 @@ logger = logging.getLogger("vllm.plugins.triton_sparse_mla")
 ATTENTION_MODULE = "vllm.models.deepseek_v32.attention"
 INDEXER_MODULE = "vllm.model_executor.layers.sparse_attn_indexer"
 PACKER_MODULE = "vllm.v1.attention.ops.common"  # _PACK_SEQ_TRITON_KERNEL, vLLM's packer
-# vLLM's floors before a scale is rounded up to a power of two: on the amax of an indexer row,
-# and on the scale of an fp8_ds_mla tile.
+# vLLM's floor on the amax of an indexer query row before its scale is rounded up to a power of
+# two (the cached rows: kernels/fp8_rows.py).
 INDEXER_MIN_AMAX = 1e-4
-DS_MLA_MIN_SCALE = 1e-4
 _MARK = "_triton_sparse_mla_sm8x"
 _FP8 = torch.float8_e4m3fn
 
@@ -128,44 +129,27 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleave: bool
     return out
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """vLLM's RMS norm of the rows of ``x [..., D]`` in fp32: ``x * rsqrt(mean(x^2) + eps) *
-    weight``."""
-    x = x.float()
-    return x * torch.rsqrt((x * x).mean(dim=-1, keepdim=True) + eps) * weight.float()
-
-
-def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
-    """vLLM's LayerNorm of the rows of ``x [..., D]`` in fp32 (biased variance)."""
-    x = x.float()
-    centred = x - x.mean(dim=-1, keepdim=True)
-    rstd = torch.rsqrt((centred * centred).mean(dim=-1, keepdim=True) + eps)
-    return centred * rstd * weight.float() + bias.float()
-
-
 # --- the cache writers -------------------------------------------------------------------
 
 
-def write_indexer_k(rows: torch.Tensor, cache: torch.Tensor, slots: torch.Tensor) -> None:
-    """Quantize ``rows [T, D]`` and write them to vLLM's indexer K cache ``[blocks, block_size,
-    D + 4]`` uint8 at ``slots``, in the layout of :mod:`triton_sparse_mla.indexer.cache_layout`
-    (a block's values, then its fp32 scales)."""
-    values, scale = quantize_rows_ue8m0(rows)
+def write_indexer_k(values: torch.Tensor, scales: torch.Tensor, cache: torch.Tensor,
+                    slots: torch.Tensor) -> None:
+    """Write quantized indexer keys (``values`` uint8 ``[T, D]``, ``scales`` fp32 ``[T]``) to
+    vLLM's indexer K cache ``[blocks, block_size, D + 4]`` uint8 at ``slots``, in the layout of
+    :mod:`triton_sparse_mla.indexer.cache_layout` (a block's values, then its fp32 scales)."""
     u8 = cache.view(torch.uint8)
-    block_size, d = u8.shape[1], rows.shape[-1]
+    block_size, d = u8.shape[1], values.shape[-1]
     geometry = dict(block_size=block_size, block_stride=u8.stride(0))
-    scatter_rows(values.view(torch.uint8), u8, slots, row_stride=d, **geometry)
-    scatter_rows(scale.contiguous().view(torch.uint8).reshape(-1, 4), u8, slots, row_stride=4,
+    scatter_rows(values, u8, slots, row_stride=d, **geometry)
+    scatter_rows(scales.view(torch.uint8).reshape(-1, 4), u8, slots, row_stride=4,
                  offset=block_size * d, **geometry)
 
 
-def write_fp8_ds_mla(kv_c: torch.Tensor, k_pe: torch.Tensor, cache: torch.Tensor,
-                     slots: torch.Tensor) -> None:
-    """Quantize ``[kv_c [T, 512] | k_pe [T, 64]]`` to fp8_ds_mla rows (vLLM's power-of-two tile
-    scales) and write them to the MLA cache ``[blocks, block_size, 656]`` at ``slots``."""
-    packed = quantize_fp8_ds_mla(torch.cat([kv_c, k_pe], dim=-1), "pow2", min_scale=DS_MLA_MIN_SCALE)
+def write_fp8_ds_mla(rows: torch.Tensor, cache: torch.Tensor, slots: torch.Tensor) -> None:
+    """Write fp8_ds_mla ``rows`` (uint8 ``[T, 656]``) to the MLA cache ``[blocks, block_size,
+    656]`` at ``slots``."""
     u8 = cache.view(torch.uint8)
-    scatter_rows(packed, u8, slots, block_size=u8.shape[1], block_stride=u8.stride(0),
+    scatter_rows(rows, u8, slots, block_size=u8.shape[1], block_stride=u8.stride(0),
                  row_stride=u8.stride(1))
 
 
@@ -196,6 +180,9 @@ def _fused_norm_rope(original, a):
     split_mla = a["mla_kv_cache"] is not None and a["mla_kv_cache_dtype"] == "fp8_ds_mla"
     if not (split_k or split_mla):
         return original(**a)
+    if split_k and a.get("indexer_cache_shuffled"):
+        raise NotImplementedError("triton-sparse-mla: vLLM's shuffled indexer cache layout (ROCm's) "
+                                  "is not written by the SM80/86 replacement")
     k_cache, k_slots = a["indexer_k_cache"], a["indexer_slot_mapping"]
     mla_cache, mla_slots = a["mla_kv_cache"], a["slot_mapping"]
     if k_slots is None:
@@ -208,14 +195,20 @@ def _fused_norm_rope(original, a):
             a["k_pe_out"] = torch.empty_like(a["k_pe"])
     q_c_out = original(**a)
     if split_k:
-        cos, sin = _cos_sin(a["index_k_rope_cos_sin_cache"], a["positions"])
-        keys = layer_norm(a["index_k"], a["index_k_layer_norm_w"], a["index_k_layer_norm_bias"],
-                          a["index_k_layer_norm_eps"])
-        write_indexer_k(rope(keys, cos, sin, a["index_rope_interleave"]), k_cache, k_slots)
+        write_indexer_k(*indexer_key_rows(
+            _last_unit(a["index_k"]), a["index_k_layer_norm_w"], a["index_k_layer_norm_bias"],
+            a["index_k_layer_norm_eps"], _last_unit(a["index_k_rope_cos_sin_cache"]), a["positions"],
+            a["index_rope_interleave"]), k_cache, k_slots)
     if split_mla:
-        latent = rms_norm(a["kv_c"], a["kv_rms_norm_w"], a["kv_rms_eps"])
-        write_fp8_ds_mla(latent, a["k_pe_out"], mla_cache, mla_slots)
+        rows = ds_mla_rows(_last_unit(a["kv_c"]), a["kv_rms_norm_w"], a["kv_rms_eps"],
+                           _last_unit(a["k_pe_out"]))
+        write_fp8_ds_mla(rows, mla_cache, mla_slots)
     return q_c_out
+
+
+def _last_unit(x: torch.Tensor) -> torch.Tensor:
+    """``x``, or a copy with unit stride in its last dimension (the row kernels' layout)."""
+    return x if x.stride(-1) == 1 else x.contiguous()
 
 
 @_by_name

@@ -1,0 +1,76 @@
+"""kernels/fp8_rows.py: the rows the SM80/86 replacements cache in fp8, against float64 values
+rounded once (vLLM's formulas: tests/vllm/test_sm8x_model_kernels.py also compares them with
+vLLM's own kernel)."""
+
+import pytest
+import torch
+
+from triton_sparse_mla.kernels.fp8_rows import ds_mla_rows, indexer_key_rows
+
+FP8 = torch.float8_e4m3fn
+
+
+def _pow2_ceil(v):
+    return torch.exp2(torch.ceil(torch.log2(v)))
+
+
+def _rounded_once(got, exact, scale):
+    """The bytes of ``exact / scale`` rounded to e4m3, but for a few (fp32 arithmetic can cross
+    a midpoint)."""
+    differ = got != (exact / scale).to(FP8).view(torch.uint8)
+    assert differ.sum() <= max(2, differ.numel() // 200), f"{int(differ.sum())} of {differ.numel()} differ"
+
+
+@pytest.mark.parametrize("interleave", [False, True], ids=["neox", "interleaved"])
+def test_indexer_key_rows(device, interleave):
+    g = torch.Generator().manual_seed(int(interleave))
+    t, d, half, n_pos = 7, 128, 32, 50
+    keys = (torch.randn(t, d, generator=g) * 3).bfloat16()
+    keys[3] = 0  # a row whose amax is under vLLM's floor
+    w, b = torch.rand(d, generator=g) + 0.5, torch.randn(d, generator=g) * 0.1
+    cos_sin = torch.randn(n_pos, 2 * half, generator=g)
+    pos = torch.randint(0, n_pos, (t,), generator=g)
+    values, scales = indexer_key_rows(keys.to(device), w.to(device), b.to(device), 1e-6,
+                                      cos_sin.to(device), pos.to(device), interleave)
+    x = keys.double()
+    centred = x - x.mean(-1, keepdim=True)
+    y = centred * torch.rsqrt((centred * centred).mean(-1, keepdim=True) + 1e-6) * w.double() + b.double()
+    cos, sin = cos_sin[pos, :half].double(), cos_sin[pos, half:].double()
+    roped = y.clone()
+    if interleave:
+        x1, x2 = y[:, 0:2 * half:2], y[:, 1:2 * half:2]
+        roped[:, 0:2 * half:2], roped[:, 1:2 * half:2] = x1 * cos - x2 * sin, x2 * cos + x1 * sin
+    else:
+        x1, x2 = y[:, :half], y[:, half:2 * half]
+        roped[:, :half], roped[:, half:2 * half] = x1 * cos - x2 * sin, x2 * cos + x1 * sin
+    want_scale = _pow2_ceil(roped.abs().amax(-1).clamp_min(1e-4) / 448).float()
+    assert torch.equal(scales.cpu(), want_scale)
+    _rounded_once(values.cpu(), roped, want_scale.double()[:, None])
+
+
+def test_ds_mla_rows(device):
+    g = torch.Generator().manual_seed(3)
+    t = 5
+    kv = (torch.randn(t, 512, generator=g) * torch.tensor([1.0, 30.0, 1e-3, 5.0]).repeat_interleave(128)).bfloat16()
+    kv[2] = 0  # every tile's scale at vLLM's floor
+    w = torch.rand(512, generator=g) + 0.5
+    k_pe = torch.randn(t, 64, generator=g).bfloat16()
+    rows = ds_mla_rows(kv.to(device), w.to(device), 1e-6, k_pe.to(device)).cpu()
+    assert rows.shape == (t, 656) and rows.dtype == torch.uint8
+    x = kv.double()
+    latent = x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6) * w.double()
+    tiles = latent.reshape(t, 4, 128)
+    want_scale = _pow2_ceil((tiles.abs().amax(-1) / 448).clamp_min(1e-4)).float()
+    assert torch.equal(rows[:, 512:528].contiguous().view(torch.float32), want_scale)
+    _rounded_once(rows[:, :512].reshape(t, 4, 128), tiles, want_scale.double()[:, :, None])
+    assert torch.equal(rows[:, 528:].contiguous().view(torch.bfloat16), k_pe)
+
+
+def test_no_rows(device):
+    empty = torch.zeros(0, 128, dtype=torch.bfloat16, device=device)
+    ones = torch.ones(128, device=device)
+    values, scales = indexer_key_rows(empty, ones, ones, 1e-6, torch.ones(4, 64, device=device),
+                                      torch.zeros(0, dtype=torch.int64, device=device), False)
+    assert values.shape == (0, 128) and scales.shape == (0,)
+    assert ds_mla_rows(torch.zeros(0, 512, device=device), torch.ones(512, device=device), 1e-6,
+                       torch.zeros(0, 64, device=device)).shape == (0, 656)

@@ -51,7 +51,8 @@ def test_indexer_key_rows(device, interleave):
 def test_ds_mla_rows(device):
     g = torch.Generator().manual_seed(3)
     t = 5
-    kv = (torch.randn(t, 512, generator=g) * torch.tensor([1.0, 30.0, 1e-3, 5.0]).repeat_interleave(128)).bfloat16()
+    tile_size = torch.tensor([1.0, 30.0, 1e-3, 5.0]).repeat_interleave(128)
+    kv = (torch.randn(t, 512, generator=g) * tile_size).bfloat16()
     kv[2] = 0  # every tile's scale at vLLM's floor
     w = torch.rand(512, generator=g) + 0.5
     k_pe = torch.randn(t, 64, generator=g).bfloat16()

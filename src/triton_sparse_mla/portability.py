@@ -187,22 +187,31 @@ def _scatter_variant():
 
 def _fp8_rows_variants():
     """The fp8 row builders the vLLM plugin uses below SM89 (kernels/fp8_rows.py), as its
-    replacement calls them (bf16 inputs, 128-value indexer keys, NeoX and interleaved rope)."""
+    replacements call them (bf16 inputs, 128-value indexer rows, NeoX and interleaved rope)."""
     from .kernels import fp8_rows
 
-    names = _jit_fn(fp8_rows.indexer_key_rows_kernel).arg_names
+    names = _jit_fn(fp8_rows.indexer_rows_kernel).arg_names
     types = {n: "i32" for n in names}
-    types.update(k_ptr="*bf16", w_ptr="*fp32", b_ptr="*fp32", cos_sin_ptr="*fp32", pos_ptr="*i64",
-                 out_ptr="*u8", scale_ptr="*fp32", eps="fp32")
+    types.update(x_ptr="*bf16", ln_w_ptr="*fp32", ln_b_ptr="*fp32", cos_sin_ptr="*fp32", pos_ptr="*i64",
+                 out_ptr="*u8", scale_ptr="*fp32", w_ptr="*bf16", w_out_ptr="*fp32", eps="fp32",
+                 w_factor_a="fp32", w_factor_b="fp32")
     for interleave in (False, True):
-        yield (f"indexer_key_rows interleave={int(interleave)}", fp8_rows.indexer_key_rows_kernel, types,
-               dict(D=128, HALF=32, INTERLEAVE=interleave), set(), 1, 1)
+        for keys in (True, False):
+            constexprs = dict(D=128, HALF=32, INTERLEAVE=interleave, LN=keys, WEIGHTS=not keys)
+            unused = ("w_ptr", "w_out_ptr") if keys else ("ln_w_ptr", "ln_b_ptr")
+            constexprs.update(dict.fromkeys(unused))
+            yield (f"indexer_rows {'keys' if keys else 'queries'} interleave={int(interleave)}",
+                   fp8_rows.indexer_rows_kernel, types, constexprs, set(), 1, 1)
     names = _jit_fn(fp8_rows.ds_mla_rows_kernel).arg_names
     types = {n: "i32" for n in names}
     types.update(kv_ptr="*bf16", w_ptr="*bf16", kpe_ptr="*bf16", out_ptr="*u8", eps="fp32")
     yield ("ds_mla_rows", fp8_rows.ds_mla_rows_kernel, types,
            dict(LAT=fp8_rows.LAT, TILE=fp8_rows.TILE, D_PE=fp8_rows.D_PE, ROW_BYTES=fp8_rows.ROW_BYTES),
            set(), 4, 1)
+    names = _jit_fn(fp8_rows.interleaved_rope_kernel).arg_names
+    types = {n: "i32" for n in names}
+    types.update(x_ptr="*bf16", cos_sin_ptr="*fp32", pos_ptr="*i64", out_ptr="*bf16")
+    yield ("interleaved_rope", fp8_rows.interleaved_rope_kernel, types, dict(HALF=32), set(), 1, 1)
 
 
 def check_all(families=None) -> list[dict]:

@@ -52,6 +52,24 @@ def _on(args, device):
     return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in args.items()}
 
 
+def _roped(x, cos_sin_cache, positions, interleave):
+    """``x [T, ..., D]`` in float64 with its first ``2 half`` values rotated by the cache's rows at
+    ``positions``: pairs of neighbours (``interleave``) or ``half`` apart (NeoX)."""
+    rows = cos_sin_cache[positions].double()
+    half = rows.shape[-1] // 2
+    shape = (x.shape[0],) + (1,) * (x.dim() - 2) + (half,)
+    cos, sin = rows[:, :half].reshape(shape), rows[:, half:].reshape(shape)
+    x = x.double()
+    out = x.clone()
+    if interleave:
+        x1, x2 = x[..., 0:2 * half:2], x[..., 1:2 * half:2]
+        out[..., 0:2 * half:2], out[..., 1:2 * half:2] = x1 * cos - x2 * sin, x2 * cos + x1 * sin
+    else:
+        x1, x2 = x[..., :half], x[..., half:2 * half]
+        out[..., :half], out[..., half:2 * half] = x1 * cos - x2 * sin, x2 * cos + x1 * sin
+    return out
+
+
 def _q_args(g, interleave):
     t, hq, hi = 5, 4, 8
     return dict(
@@ -74,10 +92,10 @@ def test_fused_q_matches_vllms(interleave, device):
     q8, w, q_pe = sm8x._fused_q(K.fused_q)(**args)
     assert torch.allclose(q_pe.float(), q_pe_ref.float(), rtol=2 ** -7, atol=1e-6)
     assert torch.equal(w, w_ref)  # the same power-of-two scales, the same products
-    cos, sin = sm8x._cos_sin(args["index_q_cos_sin_cache"], args["positions"])
-    roped = sm8x.rope(args["index_q"].float(), cos[:, None], sin[:, None], interleave)
-    scale = sm8x.ue8m0_scale(roped.abs().amax(-1))[..., None]
+    roped = _roped(args["index_q"], args["index_q_cos_sin_cache"], args["positions"], interleave)
+    scale = torch.exp2(torch.ceil(torch.log2(roped.abs().amax(-1).clamp_min(1e-4) / 448)))[..., None]
     _no_worse(q8, q8_ref, roped, scale)
+    _rounded_once(q8.view(torch.uint8), roped, scale)
     # a shared layer (no indexer) only ropes the MLA query
     shared = dict(args, has_indexer=False, index_q=None, index_q_cos_sin_cache=None, index_weights=None)
     assert torch.equal(sm8x._fused_q(K.fused_q)(**shared)[2], q_pe)
@@ -125,8 +143,8 @@ def _exact_rows(args):
     centred = k - k.mean(-1, keepdim=True)
     k = (centred * torch.rsqrt((centred * centred).mean(-1, keepdim=True) + args["index_k_layer_norm_eps"])
          * args["index_k_layer_norm_w"].double() + args["index_k_layer_norm_bias"].double())
-    cos, sin = sm8x._cos_sin(args["index_k_rope_cos_sin_cache"], args["positions"])
-    return latent, sm8x.rope(k, cos.double(), sin.double(), args["index_rope_interleave"])
+    keys = _roped(k, args["index_k_rope_cos_sin_cache"], args["positions"], args["index_rope_interleave"])
+    return latent, keys
 
 
 def _rounded_once(ours: torch.Tensor, exact: torch.Tensor, scale: torch.Tensor):

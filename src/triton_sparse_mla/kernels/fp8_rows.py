@@ -1,16 +1,18 @@
-"""The rows vLLM's DSA layers cache in fp8, built without Triton's fp8 type (SM80/86).
+"""The rows vLLM's DSA layers quantize to fp8, built without Triton's fp8 type (SM80/86).
 
-Below SM89 vLLM's fused kernel that normalizes, ropes and quantizes these rows does not compile,
-and vllm_plugin/sm8x_model_kernels.py replaces it. These kernels do its quantizing part in one
-launch per cache (the rows are then placed by kernels/scatter.py), one program per token, in
-fp32 by vLLM's formulas, with power-of-two scales and the bytes encoded by integer operations
-(kernels/e4m3_encode.py):
+Below SM89 vLLM's fused kernels that normalize, rope and quantize these rows (``fused_norm_rope``
+for the caches, ``fused_q`` for the queries) do not compile, and vllm_plugin/sm8x_model_kernels.py
+replaces them. These kernels do that work, one program per row, in fp32 by vLLM's formulas, with
+power-of-two scales and the bytes encoded by integer operations (kernels/e4m3_encode.py); cached
+rows are then placed by kernels/scatter.py:
 
 * indexer keys: LayerNorm, rope of the first ``2 HALF`` values (NeoX or interleaved pairs), one
-  scale per row, ``2^ceil(log2(max(amax, 1e-4) / 448))``;
+  scale per row, ``2^ceil(log2(max(amax, 1e-4) / 448))``; indexer queries likewise without
+  the LayerNorm, one scale per head, and the heads' weights times it (``fused_q``'s part);
 * fp8_ds_mla rows: RMS norm of the 512 latent values, one scale per 128-value tile,
   ``2^ceil(log2(max(amax / 448, 1e-4)))``, the values, the four fp32 scales, then the roped
-  rope part's 64 bf16 values (vLLM's kernel ropes those), 656 bytes.
+  rope part's 64 bf16 values (vLLM's kernel ropes those), 656 bytes;
+* the MLA query's rope part, roped in neighbouring pairs (``fused_q``'s other part).
 """
 
 import torch
@@ -35,18 +37,26 @@ def pow2_ceil(v):
 
 
 @triton.jit
-def indexer_key_rows_kernel(k_ptr, w_ptr, b_ptr, cos_sin_ptr, pos_ptr, out_ptr, scale_ptr, eps,
-                            stride_k, stride_cs, D: tl.constexpr, HALF: tl.constexpr,
-                            INTERLEAVE: tl.constexpr):
+def indexer_rows_kernel(x_ptr, ln_w_ptr, ln_b_ptr, cos_sin_ptr, pos_ptr, out_ptr, scale_ptr, w_ptr,
+                        w_out_ptr, eps, w_factor_a, w_factor_b, n_heads, stride_xt, stride_xh,
+                        stride_cs, stride_wt, D: tl.constexpr, HALF: tl.constexpr,
+                        INTERLEAVE: tl.constexpr, LN: tl.constexpr, WEIGHTS: tl.constexpr):
+    """Row ``(token, head)`` (program ids 0 and 1) of ``x``: with LN its LayerNorm, then the
+    rope of its first 2 HALF values, quantized with one power-of-two scale; the bytes to row
+    ``token * n_heads + head`` of ``out``, the scale likewise to ``scale_ptr``; with WEIGHTS
+    the head's weight times the scale and the two factors, in vLLM's order, to ``w_out``."""
     i_t = tl.program_id(0).to(tl.int64)
+    i_h = tl.program_id(1)
+    i_r = i_t * n_heads + i_h
     o = tl.arange(0, D)
-    p_k = k_ptr + i_t * stride_k
-    x = tl.load(p_k + o).to(tl.float32)
-    mean = tl.sum(x, axis=0) / D
-    centred = x - mean
-    rstd = tl.rsqrt(tl.sum(centred * centred, axis=0) / D + eps)
-    normed = centred * rstd * tl.load(w_ptr + o).to(tl.float32) + tl.load(b_ptr + o).to(tl.float32)
-    # the rope pairs: each value of the first 2 HALF with its partner, re-normalized from the input
+    p_x = x_ptr + i_t * stride_xt + i_h * stride_xh
+    y = tl.load(p_x + o).to(tl.float32)
+    if LN:
+        mean = tl.sum(y, axis=0) / D
+        centred = y - mean
+        rstd = tl.rsqrt(tl.sum(centred * centred, axis=0) / D + eps)
+        y = centred * rstd * tl.load(ln_w_ptr + o).to(tl.float32) + tl.load(ln_b_ptr + o).to(tl.float32)
+    # the rope pairs: each value of the first 2 HALF with its partner, reloaded (and normalized)
     in_rope = o < 2 * HALF
     if INTERLEAVE:
         partner = o ^ 1
@@ -57,15 +67,42 @@ def indexer_key_rows_kernel(k_ptr, w_ptr, b_ptr, cos_sin_ptr, pos_ptr, out_ptr, 
         i_cs = o % HALF
         sign = tl.where(o < HALF, -1.0, 1.0)
     partner = tl.where(in_rope, partner, o)
-    normed_partner = ((tl.load(p_k + partner).to(tl.float32) - mean) * rstd
-                      * tl.load(w_ptr + partner).to(tl.float32) + tl.load(b_ptr + partner).to(tl.float32))
+    y_partner = tl.load(p_x + partner).to(tl.float32)
+    if LN:
+        y_partner = ((y_partner - mean) * rstd * tl.load(ln_w_ptr + partner).to(tl.float32)
+                     + tl.load(ln_b_ptr + partner).to(tl.float32))
     p_cs = cos_sin_ptr + tl.load(pos_ptr + i_t).to(tl.int64) * stride_cs
     cos = tl.load(p_cs + i_cs, mask=in_rope, other=1.0).to(tl.float32)
     sin = tl.load(p_cs + HALF + i_cs, mask=in_rope, other=0.0).to(tl.float32)
-    y = tl.where(in_rope, normed * cos + sign * normed_partner * sin, normed)
+    y = tl.where(in_rope, y * cos + sign * y_partner * sin, y)
     scale = pow2_ceil(tl.div_rn(tl.maximum(tl.max(tl.abs(y), axis=0), INDEXER_MIN_AMAX), E4M3_MAX))
-    tl.store(out_ptr + i_t * D + o, f32_to_e4m3_bits(tl.div_rn(y, scale)).to(tl.uint8))
-    tl.store(scale_ptr + i_t, scale)
+    tl.store(out_ptr + i_r * D + o, f32_to_e4m3_bits(tl.div_rn(y, scale)).to(tl.uint8))
+    tl.store(scale_ptr + i_r, scale)
+    if WEIGHTS:
+        w = tl.load(w_ptr + i_t * stride_wt + i_h).to(tl.float32)
+        w = w * scale
+        w = w * w_factor_a
+        w = w * w_factor_b
+        tl.store(w_out_ptr + i_r, w)
+
+
+@triton.jit
+def interleaved_rope_kernel(x_ptr, cos_sin_ptr, pos_ptr, out_ptr, stride_xt, stride_xh, stride_cs,
+                            stride_ot, stride_oh, HALF: tl.constexpr):
+    """Row ``(token, head)`` of ``x``: its first 2 HALF values roped in neighbouring pairs (fp32),
+    stored in ``out``'s dtype."""
+    i_t = tl.program_id(0).to(tl.int64)
+    i_h = tl.program_id(1)
+    o = tl.arange(0, HALF)
+    p_x = x_ptr + i_t * stride_xt + i_h * stride_xh
+    x1 = tl.load(p_x + 2 * o).to(tl.float32)
+    x2 = tl.load(p_x + 2 * o + 1).to(tl.float32)
+    p_cs = cos_sin_ptr + tl.load(pos_ptr + i_t).to(tl.int64) * stride_cs
+    cos = tl.load(p_cs + o).to(tl.float32)
+    sin = tl.load(p_cs + HALF + o).to(tl.float32)
+    p_o = out_ptr + i_t * stride_ot + i_h * stride_oh
+    tl.store(p_o + 2 * o, (x1 * cos - x2 * sin).to(out_ptr.dtype.element_ty))
+    tl.store(p_o + 2 * o + 1, (x2 * cos + x1 * sin).to(out_ptr.dtype.element_ty))
 
 
 @triton.jit
@@ -90,18 +127,49 @@ def ds_mla_rows_kernel(kv_ptr, w_ptr, kpe_ptr, out_ptr, eps, stride_kv, stride_k
 
 def indexer_key_rows(index_k: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float,
                      cos_sin_cache: torch.Tensor, positions: torch.Tensor, interleave: bool):
-    """``(values uint8 [T, D], scales fp32 [T])``: the indexer keys ``index_k [T, D]`` (16-bit,
-    unit stride in D) after LayerNorm (``weight``, ``bias`` [D]) and rope (``cos_sin_cache
+    """``(values uint8 [T, D], scales fp32 [T])``: the indexer keys ``index_k [T, D]`` (unit
+    stride in D) after LayerNorm (``weight``, ``bias`` [D]) and rope (``cos_sin_cache
     [max_pos, 2 HALF]`` at ``positions [T]``), quantized with one power-of-two scale per row."""
     t, d = index_k.shape
     values = torch.empty(t, d, dtype=torch.uint8, device=index_k.device)
     scales = torch.empty(t, dtype=torch.float32, device=index_k.device)
     if t:
-        indexer_key_rows_kernel[(t,)](
-            index_k, weight, bias, cos_sin_cache, positions, values, scales, float(eps),
-            index_k.stride(0), cos_sin_cache.stride(0), D=d, HALF=cos_sin_cache.shape[-1] // 2,
-            INTERLEAVE=bool(interleave), num_warps=1, **LAUNCH_OPTIONS)
+        indexer_rows_kernel[(t, 1)](
+            index_k, weight, bias, cos_sin_cache, positions, values, scales, None, None, float(eps),
+            1.0, 1.0, 1, index_k.stride(0), 0, cos_sin_cache.stride(0), 0, D=d,
+            HALF=cos_sin_cache.shape[-1] // 2, INTERLEAVE=bool(interleave), LN=True, WEIGHTS=False,
+            num_warps=1, **LAUNCH_OPTIONS)
     return values, scales
+
+
+def indexer_query_rows(index_q: torch.Tensor, cos_sin_cache: torch.Tensor, positions: torch.Tensor,
+                       interleave: bool, weights: torch.Tensor, factor_a: float, factor_b: float):
+    """``(values uint8 [T, H, D], weights fp32 [T, H])``: the indexer queries ``index_q [T, H,
+    D]`` (unit stride in D) after rope, quantized with one power-of-two scale per head, and the
+    heads' ``weights [T, H]`` times that scale, ``factor_a`` and ``factor_b`` (vLLM's order)."""
+    t, h, d = index_q.shape
+    values = torch.empty(t, h, d, dtype=torch.uint8, device=index_q.device)
+    scales = torch.empty(t, h, dtype=torch.float32, device=index_q.device)
+    w_out = torch.empty(t, h, dtype=torch.float32, device=index_q.device)
+    if t and h:
+        indexer_rows_kernel[(t, h)](
+            index_q, None, None, cos_sin_cache, positions, values, scales, weights, w_out, 0.0,
+            float(factor_a), float(factor_b), h, index_q.stride(0), index_q.stride(1),
+            cos_sin_cache.stride(0), weights.stride(0), D=d, HALF=cos_sin_cache.shape[-1] // 2,
+            INTERLEAVE=bool(interleave), LN=False, WEIGHTS=True, num_warps=1, **LAUNCH_OPTIONS)
+    return values, w_out
+
+
+def interleaved_rope(x: torch.Tensor, cos_sin_cache: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """``x [T, H, 2 HALF]`` (unit stride in the last dimension) roped in neighbouring pairs, in
+    ``x``'s dtype (the MLA query's rope part)."""
+    t, h, _ = x.shape
+    out = torch.empty(t, h, x.shape[-1], dtype=x.dtype, device=x.device)
+    if t and h:
+        interleaved_rope_kernel[(t, h)](x, cos_sin_cache, positions, out, x.stride(0), x.stride(1),
+                                        cos_sin_cache.stride(0), out.stride(0), out.stride(1),
+                                        HALF=cos_sin_cache.shape[-1] // 2, num_warps=1, **LAUNCH_OPTIONS)
+    return out
 
 
 def ds_mla_rows(kv_c: torch.Tensor, weight: torch.Tensor, eps: float, k_pe: torch.Tensor):

@@ -20,10 +20,11 @@ kernel the call uses; the fp8 one fails to compile there):
   fp8_ds_mla), by one kernel per cache that encodes e4m3 with integer operations
   (:mod:`triton_sparse_mla.kernels.fp8_rows`), then scattered to their slots by
   :func:`triton_sparse_mla.kernels.scatter.scatter_rows`: four launches beside vLLM's one.
-* ``fused_q``: in PyTorch: the interleaved rope of the MLA query's rope part (bf16 queries
-  only: fp8 MLA queries are refused, and this backend never asks for them), and the indexer
-  query's rope (NeoX or interleaved), its fp8 quantization with a power-of-two scale per
-  (token, head) and the weights multiplied by that scale and the two softmax factors.
+* ``fused_q``: by two kernels of the same module: the interleaved rope of the MLA query's rope
+  part (bf16 queries only: fp8 MLA queries are refused, and this backend never asks for them),
+  and the indexer query's rope (NeoX or interleaved), its fp8 quantization with a power-of-two
+  scale per (token, head) and the weights multiplied by that scale and the two softmax factors
+  in vLLM's order.
 
 Installed where a layer of ours is built, below SM89 (or on any GPU with
 ``TRITON_SPARSE_MLA_INDEXER=on``, to compare with vLLM's kernels), with the DSA indexer's
@@ -39,8 +40,8 @@ import logging
 
 import torch
 
-from triton_sparse_mla.formats import E4M3_MAX
-from triton_sparse_mla.kernels.fp8_rows import ds_mla_rows, indexer_key_rows
+from triton_sparse_mla.kernels.fp8_rows import (ds_mla_rows, indexer_key_rows, indexer_query_rows,
+                                                interleaved_rope)
 from triton_sparse_mla.kernels.scatter import scatter_rows
 
 logger = logging.getLogger("vllm.plugins.triton_sparse_mla")
@@ -48,9 +49,6 @@ logger = logging.getLogger("vllm.plugins.triton_sparse_mla")
 ATTENTION_MODULE = "vllm.models.deepseek_v32.attention"
 INDEXER_MODULE = "vllm.model_executor.layers.sparse_attn_indexer"
 PACKER_MODULE = "vllm.v1.attention.ops.common"  # _PACK_SEQ_TRITON_KERNEL, vLLM's packer
-# vLLM's floor on the amax of an indexer query row before its scale is rounded up to a power of
-# two (the cached rows: kernels/fp8_rows.py).
-INDEXER_MIN_AMAX = 1e-4
 _MARK = "_triton_sparse_mla_sm8x"
 _FP8 = torch.float8_e4m3fn
 
@@ -88,45 +86,6 @@ def install(capability: tuple[int, int], setting: str) -> bool:
         logger.info("triton-sparse-mla: vLLM's fp8 DSA kernels (fused_norm_rope, fused_q, the "
                     "fp8 sequence packer) replaced on sm_%d%d", *capability)
     return True
-
-
-# --- scales and rope (PyTorch) ----------------------------------------------------------
-
-
-def ue8m0_scale(amax: torch.Tensor) -> torch.Tensor:
-    """vLLM's power-of-two scale for an indexer row: ``2^ceil(log2(max(amax, 1e-4) / 448))``."""
-    return torch.exp2(torch.ceil(torch.log2(amax.clamp_min(INDEXER_MIN_AMAX) / E4M3_MAX)))
-
-
-def quantize_rows_ue8m0(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``x [..., D]`` to ``(float8_e4m3fn [..., D], fp32 scales [...])``, one power-of-two
-    scale per row."""
-    x = x.float()
-    scale = ue8m0_scale(x.abs().amax(dim=-1))
-    return (x / scale[..., None]).to(_FP8), scale
-
-
-def _cos_sin(cos_sin_cache: torch.Tensor, positions: torch.Tensor):
-    """``(cos, sin)`` fp32 ``[T, half]`` at ``positions`` from vLLM's ``[max_pos, 2 half]``."""
-    rows = cos_sin_cache.index_select(0, positions).float()
-    half = rows.shape[-1] // 2
-    return rows[:, :half], rows[:, half:]
-
-
-def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleave: bool) -> torch.Tensor:
-    """Rotate the first ``2 half`` values of ``x [..., D]`` (fp32); ``cos``/``sin`` broadcast to
-    ``[..., half]``. Pairs are neighbours (``interleave``) or ``half`` apart (NeoX)."""
-    half = cos.shape[-1]
-    out = x.clone()
-    if interleave:
-        x1, x2 = x[..., 0:2 * half:2], x[..., 1:2 * half:2]
-        out[..., 0:2 * half:2] = x1 * cos - x2 * sin
-        out[..., 1:2 * half:2] = x2 * cos + x1 * sin
-    else:
-        x1, x2 = x[..., :half], x[..., half:2 * half]
-        out[..., :half] = x1 * cos - x2 * sin
-        out[..., half:2 * half] = x2 * cos + x1 * sin
-    return out
 
 
 # --- the cache writers -------------------------------------------------------------------
@@ -217,18 +176,16 @@ def _fused_q(original, a):
         raise NotImplementedError("triton-sparse-mla: fp8 MLA queries (quantize_mqa) below "
                                   "SM89 are not supported; TRITON_MLA_SPARSE takes bf16 queries")
     q_pe, positions = a["q_pe"], a["positions"]
-    cos, sin = _cos_sin(a["q_pe_cos_sin_cache"], positions)
-    q_pe_out = rope(q_pe.float(), cos[:, None], sin[:, None], interleave=True).to(q_pe.dtype)
+    q_pe_out = interleaved_rope(_last_unit(q_pe), _last_unit(a["q_pe_cos_sin_cache"]), positions)
     if not a["has_indexer"] or a["index_q"] is None:
         # (shared layers: vLLM's placeholders, which its callers do not read)
         return (torch.empty(1, 1, 1, dtype=_FP8, device=q_pe.device),
                 torch.empty(1, 1, dtype=torch.float32, device=q_pe.device), q_pe_out)
-    cos, sin = _cos_sin(a["index_q_cos_sin_cache"], positions)
-    index_q = rope(a["index_q"].float(), cos[:, None], sin[:, None], a["index_rope_interleave"])
-    index_q_fp8, scale = quantize_rows_ue8m0(index_q)
-    weights = (a["index_weights"].float() * scale * a["index_weights_softmax_scale"]
-               * a["index_weights_head_scale"])
-    return index_q_fp8, weights, q_pe_out
+    index_q, weights = indexer_query_rows(
+        _last_unit(a["index_q"]), _last_unit(a["index_q_cos_sin_cache"]), positions,
+        a["index_rope_interleave"], a["index_weights"], a["index_weights_softmax_scale"],
+        a["index_weights_head_scale"])
+    return index_q.view(_FP8), weights, q_pe_out
 
 
 @_by_name

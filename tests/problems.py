@@ -152,3 +152,23 @@ def beyond_this_gpu_skips(tile, device):
         if tile in own or configs.SMEM_LIMIT[family] >= max(configs.SMEM_LIMIT.values()):
             raise
         pytest.skip(f"a tile {family} does not ship, beyond this GPU's shared memory: {exc}")
+
+
+def rope_reference(x: torch.Tensor, cos_sin_cache: torch.Tensor, positions: torch.Tensor,
+                   interleave: bool) -> torch.Tensor:
+    """``x [T, ..., D]`` in float64 with its first ``2 half`` values rotated by the cache's rows
+    (``[max_pos, 2 half]``: cos, then sin) at ``positions [T]``: pairs of neighbours
+    (``interleave``) or ``half`` apart (NeoX), as vLLM's DSA kernels rotate them."""
+    rows = cos_sin_cache[positions].double()
+    half = rows.shape[-1] // 2
+    shape = (x.shape[0],) + (1,) * (x.dim() - 2) + (half,)
+    cos, sin = rows[:, :half].reshape(shape), rows[:, half:].reshape(shape)
+    x = x.double()
+    out = x.clone()
+    if interleave:
+        x1, x2 = x[..., 0:2 * half:2], x[..., 1:2 * half:2]
+        out[..., 0:2 * half:2], out[..., 1:2 * half:2] = x1 * cos - x2 * sin, x2 * cos + x1 * sin
+    else:
+        x1, x2 = x[..., :half], x[..., half:2 * half]
+        out[..., :half], out[..., half:2 * half] = x1 * cos - x2 * sin, x2 * cos + x1 * sin
+    return out

@@ -5,6 +5,7 @@ vLLM's own kernel)."""
 import pytest
 import torch
 
+from problems import rope_reference
 from triton_sparse_mla.kernels.fp8_rows import (ds_mla_rows, indexer_key_rows, indexer_query_rows,
                                                interleaved_rope)
 
@@ -22,22 +23,6 @@ def _rounded_once(got, exact, scale):
     assert differ.sum() <= max(2, differ.numel() // 200), f"{int(differ.sum())} of {differ.numel()} differ"
 
 
-def _roped(y, cos_sin, pos, interleave):
-    """float64 ``y [T, ..., D]`` with its first ``2 half`` values rotated (the cache's rows at
-    ``pos``): neighbouring pairs (``interleave``) or pairs ``half`` apart."""
-    half = cos_sin.shape[-1] // 2
-    shape = (y.shape[0],) + (1,) * (y.dim() - 2) + (half,)
-    cos, sin = cos_sin[pos, :half].double().reshape(shape), cos_sin[pos, half:].double().reshape(shape)
-    out = y.clone()
-    if interleave:
-        x1, x2 = y[..., 0:2 * half:2], y[..., 1:2 * half:2]
-        out[..., 0:2 * half:2], out[..., 1:2 * half:2] = x1 * cos - x2 * sin, x2 * cos + x1 * sin
-    else:
-        x1, x2 = y[..., :half], y[..., half:2 * half]
-        out[..., :half], out[..., half:2 * half] = x1 * cos - x2 * sin, x2 * cos + x1 * sin
-    return out
-
-
 @pytest.mark.parametrize("interleave", [False, True], ids=["neox", "interleaved"])
 def test_indexer_query_rows(device, interleave):
     g = torch.Generator().manual_seed(5 + int(interleave))
@@ -49,7 +34,7 @@ def test_indexer_query_rows(device, interleave):
     weights = torch.randn(t, h, generator=g).bfloat16()
     values, w = indexer_query_rows(q.to(device), cos_sin.to(device), pos.to(device), interleave,
                                    weights.to(device), 128 ** -0.5, h ** -0.5)
-    roped = _roped(q.double(), cos_sin, pos, interleave)
+    roped = rope_reference(q.double(), cos_sin, pos, interleave)
     scale = _pow2_ceil(roped.abs().amax(-1).clamp_min(1e-4) / 448).float()
     _rounded_once(values.cpu(), roped, scale.double()[..., None])
     assert torch.equal(w.cpu(), weights.float() * scale * (128 ** -0.5) * (h ** -0.5))
@@ -62,7 +47,7 @@ def test_interleaved_rope(device):
     pos = torch.tensor([3, 0, 19, 3])
     got = interleaved_rope(x.to(device), cos_sin.to(device), pos.to(device)).cpu()
     assert got.dtype == torch.bfloat16
-    want = _roped(x.double(), cos_sin, pos, True)
+    want = rope_reference(x.double(), cos_sin, pos, True)
     # (one bf16 step: the interpreter's bf16 conversion does not round to nearest)
     assert torch.allclose(got.double(), want, rtol=2 ** -7, atol=1e-6)
 
@@ -81,7 +66,7 @@ def test_indexer_key_rows(device, interleave):
     x = keys.double()
     centred = x - x.mean(-1, keepdim=True)
     y = centred * torch.rsqrt((centred * centred).mean(-1, keepdim=True) + 1e-6) * w.double() + b.double()
-    roped = _roped(y, cos_sin, pos, interleave)
+    roped = rope_reference(y, cos_sin, pos, interleave)
     want_scale = _pow2_ceil(roped.abs().amax(-1).clamp_min(1e-4) / 448).float()
     assert torch.equal(scales.cpu(), want_scale)
     _rounded_once(values.cpu(), roped, want_scale.double()[:, None])

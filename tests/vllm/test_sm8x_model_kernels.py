@@ -22,6 +22,7 @@ import torch
 pytest.importorskip("vllm.plugins")  # not just "vllm": tests/vllm itself is a namespace package
 K = pytest.importorskip("vllm.models.deepseek_v32.common.kernels")
 
+from problems import rope_reference  # noqa: E402
 from triton_sparse_mla.formats import dequantize_fp8_ds_mla  # noqa: E402
 from triton_sparse_mla.indexer import unpack_indexer_k_cache  # noqa: E402
 from triton_sparse_mla.vllm_plugin import sm8x_model_kernels as sm8x  # noqa: E402
@@ -52,24 +53,6 @@ def _on(args, device):
     return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in args.items()}
 
 
-def _roped(x, cos_sin_cache, positions, interleave):
-    """``x [T, ..., D]`` in float64 with its first ``2 half`` values rotated by the cache's rows at
-    ``positions``: pairs of neighbours (``interleave``) or ``half`` apart (NeoX)."""
-    rows = cos_sin_cache[positions].double()
-    half = rows.shape[-1] // 2
-    shape = (x.shape[0],) + (1,) * (x.dim() - 2) + (half,)
-    cos, sin = rows[:, :half].reshape(shape), rows[:, half:].reshape(shape)
-    x = x.double()
-    out = x.clone()
-    if interleave:
-        x1, x2 = x[..., 0:2 * half:2], x[..., 1:2 * half:2]
-        out[..., 0:2 * half:2], out[..., 1:2 * half:2] = x1 * cos - x2 * sin, x2 * cos + x1 * sin
-    else:
-        x1, x2 = x[..., :half], x[..., half:2 * half]
-        out[..., :half], out[..., half:2 * half] = x1 * cos - x2 * sin, x2 * cos + x1 * sin
-    return out
-
-
 def _q_args(g, interleave):
     t, hq, hi = 5, 4, 8
     return dict(
@@ -92,7 +75,7 @@ def test_fused_q_matches_vllms(interleave, device):
     q8, w, q_pe = sm8x._fused_q(K.fused_q)(**args)
     assert torch.allclose(q_pe.float(), q_pe_ref.float(), rtol=2 ** -7, atol=1e-6)
     assert torch.equal(w, w_ref)  # the same power-of-two scales, the same products
-    roped = _roped(args["index_q"], args["index_q_cos_sin_cache"], args["positions"], interleave)
+    roped = rope_reference(args["index_q"], args["index_q_cos_sin_cache"], args["positions"], interleave)
     scale = torch.exp2(torch.ceil(torch.log2(roped.abs().amax(-1).clamp_min(1e-4) / 448)))[..., None]
     _no_worse(q8, q8_ref, roped, scale)
     _rounded_once(q8.view(torch.uint8), roped, scale)
@@ -143,7 +126,8 @@ def _exact_rows(args):
     centred = k - k.mean(-1, keepdim=True)
     k = (centred * torch.rsqrt((centred * centred).mean(-1, keepdim=True) + args["index_k_layer_norm_eps"])
          * args["index_k_layer_norm_w"].double() + args["index_k_layer_norm_bias"].double())
-    keys = _roped(k, args["index_k_rope_cos_sin_cache"], args["positions"], args["index_rope_interleave"])
+    keys = rope_reference(k, args["index_k_rope_cos_sin_cache"], args["positions"],
+                          args["index_rope_interleave"])
     return latent, keys
 
 
@@ -205,7 +189,7 @@ PROBE = textwrap.dedent(r"""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
     import vllm.models.deepseek_v32.common.kernels as K
-    sys.path.insert(0, sys.argv[2])
+    sys.path[:0] = [sys.argv[2], sys.argv[2].rstrip("/").rsplit("/", 1)[0]]  # tests/vllm, tests
     import test_sm8x_model_kernels as T
     from triton_sparse_mla.vllm_plugin import sm8x_model_kernels as sm8x
 

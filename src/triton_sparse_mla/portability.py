@@ -198,7 +198,7 @@ def _fp8_rows_variants():
     for interleave in (False, True):
         for keys in (True, False):
             constexprs = dict(D=128, HALF=32, INTERLEAVE=interleave, LN=keys, WEIGHTS=not keys)
-            unused = ("w_ptr", "w_out_ptr") if keys else ("ln_w_ptr", "ln_b_ptr")
+            unused = ("w_ptr", "w_out_ptr") if keys else ("ln_w_ptr", "ln_b_ptr", "scale_ptr")
             constexprs.update(dict.fromkeys(unused))
             yield (f"indexer_rows {'keys' if keys else 'queries'} interleave={int(interleave)}",
                    fp8_rows.indexer_rows_kernel, types, constexprs, set(), 1, 1)

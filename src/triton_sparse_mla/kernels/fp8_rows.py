@@ -19,13 +19,15 @@ import torch
 import triton
 import triton.language as tl
 
+from .. import formats
 from .common import LAUNCH_OPTIONS
 from .e4m3_encode import f32_to_e4m3_bits
 
-E4M3_MAX = tl.constexpr(448.0)
+E4M3_MAX = tl.constexpr(formats.E4M3_MAX)
 INDEXER_MIN_AMAX = tl.constexpr(1e-4)  # vLLM's floor on an indexer row's amax
 DS_MLA_MIN_SCALE = tl.constexpr(1e-4)  # vLLM's floor on an fp8_ds_mla tile's scale
-LAT, TILE, D_PE, ROW_BYTES = 512, 128, 64, 656
+# the fp8_ds_mla row (formats.py): latent, its tile scales, the bf16 rope
+LAT, TILE, D_PE, ROW_BYTES = formats.D_NOPE, formats.FP8_TILE, formats.D_ROPE, formats.FP8_ROW_BYTES
 
 
 @triton.jit
@@ -43,8 +45,9 @@ def indexer_rows_kernel(x_ptr, ln_w_ptr, ln_b_ptr, cos_sin_ptr, pos_ptr, out_ptr
                         INTERLEAVE: tl.constexpr, LN: tl.constexpr, WEIGHTS: tl.constexpr):
     """Row ``(token, head)`` (program ids 0 and 1) of ``x``: with LN its LayerNorm, then the
     rope of its first 2 HALF values, quantized with one power-of-two scale; the bytes to row
-    ``token * n_heads + head`` of ``out``, the scale likewise to ``scale_ptr``; with WEIGHTS
-    the head's weight times the scale and the two factors, in vLLM's order, to ``w_out``."""
+    ``token * n_heads + head`` of ``out``, the scale likewise to ``scale_ptr`` (where given);
+    with WEIGHTS the head's weight times the scale and the two factors, in vLLM's order, to
+    ``w_out``."""
     i_t = tl.program_id(0).to(tl.int64)
     i_h = tl.program_id(1)
     i_r = i_t * n_heads + i_h
@@ -77,7 +80,8 @@ def indexer_rows_kernel(x_ptr, ln_w_ptr, ln_b_ptr, cos_sin_ptr, pos_ptr, out_ptr
     y = tl.where(in_rope, y * cos + sign * y_partner * sin, y)
     scale = pow2_ceil(tl.div_rn(tl.maximum(tl.max(tl.abs(y), axis=0), INDEXER_MIN_AMAX), E4M3_MAX))
     tl.store(out_ptr + i_r * D + o, f32_to_e4m3_bits(tl.div_rn(y, scale)).to(tl.uint8))
-    tl.store(scale_ptr + i_r, scale)
+    if scale_ptr is not None:
+        tl.store(scale_ptr + i_r, scale)
     if WEIGHTS:
         w = tl.load(w_ptr + i_t * stride_wt + i_h).to(tl.float32)
         w = w * scale
@@ -149,11 +153,10 @@ def indexer_query_rows(index_q: torch.Tensor, cos_sin_cache: torch.Tensor, posit
     heads' ``weights [T, H]`` times that scale, ``factor_a`` and ``factor_b`` (vLLM's order)."""
     t, h, d = index_q.shape
     values = torch.empty(t, h, d, dtype=torch.uint8, device=index_q.device)
-    scales = torch.empty(t, h, dtype=torch.float32, device=index_q.device)
     w_out = torch.empty(t, h, dtype=torch.float32, device=index_q.device)
     if t and h:
         indexer_rows_kernel[(t, h)](
-            index_q, None, None, cos_sin_cache, positions, values, scales, weights, w_out, 0.0,
+            index_q, None, None, cos_sin_cache, positions, values, None, weights, w_out, 0.0,
             float(factor_a), float(factor_b), h, index_q.stride(0), index_q.stride(1),
             cos_sin_cache.stride(0), weights.stride(0), D=d, HALF=cos_sin_cache.shape[-1] // 2,
             INTERLEAVE=bool(interleave), LN=False, WEIGHTS=True, num_warps=1, **LAUNCH_OPTIONS)

@@ -19,7 +19,7 @@ kernel the call uses; the fp8 one fails to compile there):
   whole fp8 step), with vLLM's scales (a power of two per indexer row; per 128-value tile for
   fp8_ds_mla), by one kernel per cache that encodes e4m3 with integer operations
   (:mod:`triton_sparse_mla.kernels.fp8_rows`), then scattered to their slots by
-  :func:`triton_sparse_mla.kernels.scatter.scatter_rows`: four launches beside vLLM's one.
+  :func:`triton_sparse_mla.kernels.scatter.scatter_rows`: five launches beside vLLM's one.
 * ``fused_q``: by two kernels of the same module: the interleaved rope of the MLA query's rope
   part (bf16 queries only: fp8 MLA queries are refused, and this backend never asks for them),
   and the indexer query's rope (NeoX or interleaved), its fp8 quantization with a power-of-two

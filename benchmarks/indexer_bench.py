@@ -83,7 +83,8 @@ def main(out_path):
     record = {"header": header(), "ceilings": measure_ceilings(), "rows": []}
     dg, dg_name = _deep_gemm()
     record["header"]["deep_gemm"] = dg_name if dg is not None else None
-    record["header"]["fp8_dot"] = flat.FP8_DOT  # the TSM_INDEXER_FP8_DOT experiment
+    # the products on the fp8 tensor cores (SM89 and newer unless TSM_INDEXER_FP8_DOT=0)
+    record["header"]["fp8_dot"] = flat.FP8_DOT and torch.cuda.get_device_capability() >= (8, 9)
     ceil = record["ceilings"]
     print(json.dumps(record["header"]), json.dumps(ceil), flush=True)
     work = []

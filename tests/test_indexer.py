@@ -13,6 +13,8 @@ from triton_sparse_mla.indexer import (
     paged_mqa_logits_reference)
 from triton_sparse_mla.indexer.reference import row_limits
 
+from problems import indexer_tolerance
+
 D = 128
 _FP8_NAN = 0x7F
 
@@ -37,17 +39,6 @@ def _nan_output(rows, width, device):
     return buf[:, :width], buf
 
 
-def _tolerance(device) -> float:
-    """The largest error allowed, relative to the largest logit: the fp16 products are exact
-    and accumulate in fp32; the fp8 tensor cores' (the TSM_INDEXER_FP8_DOT experiment, SM89
-    and newer) accumulate with fewer bits."""
-    from triton_sparse_mla.indexer import flat
-
-    if flat.FP8_DOT and device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 9):
-        return 1e-3
-    return 2e-6
-
-
 def _check(out, buf, ref, width):
     """Valid columns match the reference; every other element of ``buf`` is still NaN."""
     valid = torch.isfinite(ref)
@@ -55,7 +46,7 @@ def _check(out, buf, ref, width):
     assert not got[valid].isnan().any(), "NaN in a valid column: a poisoned key was read"
     err = (got[valid] - ref[valid]).abs().max().item() if valid.any() else 0.0
     scale = max(ref[valid].abs().max().item(), 1.0) if valid.any() else 1.0
-    assert err <= _tolerance(out.device) * scale, f"max error {err} against max |ref| {scale}"
+    assert err <= indexer_tolerance(out.device) * scale, f"max error {err} against max |ref| {scale}"
     assert got[~valid].isnan().all(), "a column past a row's length was written"
     assert buf[:, width:].isnan().all(), "a column past width was written"
 

@@ -11,7 +11,7 @@ vendored ``vllm.third_party.deep_gemm``) and runs on this GPU, beside DeepGEMM's
 same inputs with vLLM 0.33's calling convention. Every workload's first rows are checked
 against the float64 reference first.
 
-Usage (GPU): python benchmarks/indexer_bench.py OUT.json
+Usage (GPU): python benchmarks/indexer_bench.py OUT.json [prefill|decode]
 """
 
 import json
@@ -79,12 +79,13 @@ def _first_rows_error(got, ref_fn, rows):
     return ((got - ref[valid]).norm() / ref[valid].norm()).item()
 
 
-def main(out_path):
+def main(out_path, phase_only=None):
     record = {"header": header(), "ceilings": measure_ceilings(), "rows": []}
     dg, dg_name = _deep_gemm()
     record["header"]["deep_gemm"] = dg_name if dg is not None else None
     # the products on the fp8 tensor cores (SM89 and newer unless TSM_INDEXER_FP8_DOT=0)
     record["header"]["fp8_dot"] = flat.FP8_DOT and torch.cuda.get_device_capability() >= (8, 9)
+    record["header"]["tile"] = [flat.BLOCK_M, flat.BLOCK_N, flat.NUM_WARPS, flat.NUM_STAGES]
     ceil = record["ceilings"]
     print(json.dumps(record["header"]), json.dumps(ceil), flush=True)
     work = []
@@ -95,6 +96,8 @@ def main(out_path):
                                    (8, 131072, 2)):
             work.append(("decode", dict(batch=batch, ctx=ctx, next_n=next_n, heads=heads)))
     for phase, p in work:
+        if phase_only not in (None, phase):
+            continue
         torch.manual_seed(0)
         if phase == "prefill":
             args = prefill_inputs(**p)
@@ -143,4 +146,4 @@ def main(out_path):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None)

@@ -27,6 +27,13 @@ BLOCK_M = 64
 BLOCK_N = 64
 NUM_WARPS = 4
 NUM_STAGES = 2
+# EXPERIMENT (forty-sixth session): the tile as "BLOCK_M,BLOCK_N,NUM_WARPS,NUM_STAGES". A
+# program reloads its q tile (BLOCK_M rows, 8 KB a head) for every key tile and head, so each
+# q byte serves BLOCK_N multiply-adds: at 64 that is 64 KB of q a key tile at 64 heads, read
+# from L2, which is the suspect for the prefill's 31-44% of the bf16 rate (run 267).
+_TILE_ENV = os.environ.get("TSM_INDEXER_TILE")
+if _TILE_ENV:
+    BLOCK_M, BLOCK_N, NUM_WARPS, NUM_STAGES = (int(x) for x in _TILE_ENV.split(","))
 # The products run on the fp8 tensor cores where the hardware has them (SM89 and newer): q and k
 # as loaded, half the MMA instructions of fp16 operands (QMMA.16832 against HMMA.16816 on sm89).
 # The products are exact either way; the fp8 tensor cores accumulate with fewer bits than fp32

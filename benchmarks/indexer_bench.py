@@ -85,7 +85,7 @@ def main(out_path, phase_only=None):
     record["header"]["deep_gemm"] = dg_name if dg is not None else None
     # the products on the fp8 tensor cores (SM89 and newer unless TSM_INDEXER_FP8_DOT=0)
     record["header"]["fp8_dot"] = flat.FP8_DOT and torch.cuda.get_device_capability() >= (8, 9)
-    record["header"]["tile"] = [flat.BLOCK_M, flat.BLOCK_N, flat.NUM_WARPS, flat.NUM_STAGES]
+    record["header"]["tile"] = list(flat.tile(record["header"]["fp8_dot"]))
     ceil = record["ceilings"]
     print(json.dumps(record["header"]), json.dumps(ceil), flush=True)
     work = []

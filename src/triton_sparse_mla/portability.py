@@ -154,12 +154,14 @@ def _indexer_variants(cap: int):
     types.update(q_ptr="*u8", k_ptr="*u8", k_scale_ptr="*fp32", w_ptr="*fp32",
                  starts_ptr="*i32", ends_ptr="*i32", out_ptr="*fp32")
     cvt = configs.fp8_cvt_level(divmod(cap, 10))
-    k = dict(H=64, D=128, BLOCK_M=flat.BLOCK_M, BLOCK_N=flat.BLOCK_N, FP8_CVT=cvt, INTERPRET=False,
-             FP8_DOT=flat.fp8_dot(cvt, False))
+    products_fp8 = flat.fp8_dot(cvt, False)
+    t = flat.tile(products_fp8)
+    k = dict(H=64, D=128, BLOCK_M=t.block_m, BLOCK_N=t.block_n, FP8_CVT=cvt, INTERPRET=False,
+             FP8_DOT=products_fp8)
     yield ("mqa_logits", flat.mqa_logits_kernel, types, k,
            {n for n in names if n.endswith("_ptr") and n not in ("starts_ptr", "ends_ptr")}
            | {"stride_qm", "stride_qh", "stride_kn", "stride_wm"},
-           flat.NUM_WARPS, flat.NUM_STAGES)
+           t.num_warps, t.num_stages)
     names = _jit_fn(paged.paged_mqa_logits_kernel).arg_names
     types = {n: "i32" for n in names}
     types.update(q_ptr="*u8", cache_ptr="*u8", w_ptr="*fp32", limits_ptr="*i32",

@@ -11,11 +11,12 @@ q and k are read as float8_e4m3fn bytes. On SM89 and newer the products take the
 the fp8 tensor cores (:data:`FP8_DOT`); on SM80/86 they are read in 32-bit words and converted
 to fp16 by moving bits (kernels/common.e4m3_words_to_f16; every e4m3 value is an fp16 value, so
 the products are exact and accumulate in fp32), a key tile once for all heads and a query tile
-once per key tile. No workspace: vLLM's
-memory profile does not count one. q's and k's rows must start at 4-byte aligned addresses.
+once per key tile. No workspace: vLLM's memory profile does not count one. q's and k's rows
+must start at 4-byte aligned addresses.
 """
 
 import os
+from typing import NamedTuple
 
 import triton
 import triton.language as tl
@@ -23,17 +24,6 @@ import triton.language as tl
 from ..hostmath import cdiv
 from ..kernels.common import LAUNCH_OPTIONS, e4m3_rows_operand, e4m3_unit, mma
 
-BLOCK_M = 64
-BLOCK_N = 64
-NUM_WARPS = 4
-NUM_STAGES = 2
-# EXPERIMENT (forty-sixth session): the tile as "BLOCK_M,BLOCK_N,NUM_WARPS,NUM_STAGES". A
-# program reloads its q tile (BLOCK_M rows, 8 KB a head) for every key tile and head, so each
-# q byte serves BLOCK_N multiply-adds: at 64 that is 64 KB of q a key tile at 64 heads, read
-# from L2, which is the suspect for the prefill's 31-44% of the bf16 rate (run 267).
-_TILE_ENV = os.environ.get("TSM_INDEXER_TILE")
-if _TILE_ENV:
-    BLOCK_M, BLOCK_N, NUM_WARPS, NUM_STAGES = (int(x) for x in _TILE_ENV.split(","))
 # The products run on the fp8 tensor cores where the hardware has them (SM89 and newer): q and k
 # as loaded, half the MMA instructions of fp16 operands (QMMA.16832 against HMMA.16816 on sm89).
 # The products are exact either way; the fp8 tensor cores accumulate with fewer bits than fp32
@@ -48,6 +38,44 @@ def fp8_dot(fp8_cvt: int, interpret: bool) -> bool:
     """Whether the indexer's products run on the fp8 tensor cores: with :data:`FP8_DOT`, where
     the hardware converts e4m3 (SM89 and newer), not under the interpreter."""
     return FP8_DOT and fp8_cvt == 1 and not interpret
+
+
+class Tile(NamedTuple):
+    """A prefill program's shape: ``block_m`` query rows, keys ``block_n`` at a time."""
+
+    block_m: int
+    block_n: int
+    num_warps: int
+    num_stages: int
+
+
+# The prefill tile by product path. A program reloads its q tile (block_m rows, 8 KB a head) for
+# every key tile and head, so each q byte serves block_n multiply-adds; wider key tiles and more
+# stages (q loads in flight across the head loop) were the levers. Measured on an H100
+# (runs 270-271, BENCHMARKS.md "The prefill indexer's tile"), against (64, 64, 4, 2): fp8
+# products 1.26-1.93x faster, fp16 products (with the hardware's conversion) 1.20-1.46x. All
+# fit the 99 KB of SM86/89/120 (at most 64 KB, sm80/86).
+TILES = {
+    "fp8": Tile(block_m=64, block_n=128, num_warps=8, num_stages=4),
+    "fp16": Tile(block_m=64, block_n=128, num_warps=8, num_stages=3),
+}
+# A measurement knob (benchmarks/device_run.sh indexer-tiles): "BLOCK_M,BLOCK_N,NUM_WARPS,
+# NUM_STAGES" replaces both tiles.
+def _tile_from(text: str) -> Tile:
+    try:
+        return Tile(*(int(x) for x in text.split(",")))
+    except (TypeError, ValueError):
+        raise ValueError(f"TSM_INDEXER_TILE: expected 'BLOCK_M,BLOCK_N,NUM_WARPS,NUM_STAGES' "
+                         f"(four integers), got {text!r}") from None
+
+
+if os.environ.get("TSM_INDEXER_TILE"):
+    TILES = dict.fromkeys(TILES, _tile_from(os.environ["TSM_INDEXER_TILE"]))
+
+
+def tile(fp8_products: bool) -> Tile:
+    """The prefill tile for fp8 (``fp8_products``) or fp16 products."""
+    return TILES["fp8" if fp8_products else "fp16"]
 
 
 # Not specialized, so that indexer.warmup's call compiles what serving runs: the sizes, the
@@ -105,14 +133,16 @@ def launch_mqa_logits(q8, k8, k_scale, weights, row_starts, row_ends, out, *, sm
     n_rows, n_heads, d = q8.shape
     if n_rows == 0 or out.shape[1] == 0:
         return out
-    row_blocks = cdiv(n_rows, BLOCK_M)
-    key_programs = max(1, min(cdiv(out.shape[1], BLOCK_N), cdiv(2 * sm_count, row_blocks)))
+    products_fp8 = fp8_dot(fp8_cvt, interpret)
+    t = tile(products_fp8)
+    row_blocks = cdiv(n_rows, t.block_m)
+    key_programs = max(1, min(cdiv(out.shape[1], t.block_n), cdiv(2 * sm_count, row_blocks)))
     mqa_logits_kernel[(row_blocks, key_programs)](
         q8, k8, k_scale, weights, row_starts, row_ends, out,
         n_rows, k8.shape[0], out.shape[1],
         q8.stride(0), q8.stride(1), k8.stride(0), weights.stride(0), weights.stride(1),
         out.stride(0),
-        H=n_heads, D=d, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, FP8_CVT=fp8_cvt, INTERPRET=interpret,
-        FP8_DOT=fp8_dot(fp8_cvt, interpret), num_warps=NUM_WARPS, num_stages=NUM_STAGES, **LAUNCH_OPTIONS,
+        H=n_heads, D=d, BLOCK_M=t.block_m, BLOCK_N=t.block_n, FP8_CVT=fp8_cvt, INTERPRET=interpret,
+        FP8_DOT=products_fp8, num_warps=t.num_warps, num_stages=t.num_stages, **LAUNCH_OPTIONS,
     )
     return out

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One self-contained call on the GPU machine: install, test, sanitize, sweep, benchmark.
 # Usage (on the device, from the repo root): bash benchmarks/device_run.sh [steps...]
-# Steps: triton-a triton-b tests sanitizer sweep envab intdecode narrow stride fp8sweep splits splits-len warps fp8choice wsparts residency residency-toggle residency-warps indexer indexer-fp8dot indexer-tiles ncu ppc ppncu nbprobe vllmtests mid grid gatherl2 splitn splitlat splitprobe exchange apart racecheck racecheck-producer wide latency toggle bench prefill (default: tests sanitizer sweep bench
+# Steps: triton-a triton-b tests sanitizer sweep envab intdecode narrow stride fp8sweep splits splits-len warps fp8choice wsparts residency residency-toggle residency-warps indexer indexer-fp8dot indexer-tiles indexer-ncu ncu ppc ppncu nbprobe vllmtests mid grid gatherl2 splitn splitlat splitprobe exchange apart racecheck racecheck-producer wide latency toggle bench prefill (default: tests sanitizer sweep bench
 # prefill). toggle and residency-toggle time a boolean TileConfig field off and on, named by
 # $TOGGLE (e.g. TOGGLE=prefetch_idx), on the workloads of one row format if $TOGGLE_FMT is set
 # (e.g. TOGGLE_FMT=fp8_ds_mla) and of the head counts in $TOGGLE_HEADS (toggle only; e.g.
@@ -63,11 +63,11 @@ for s in $steps; do
     intdecode) # the SM80/86 e4m3 decoder, old against new, with the hardware conversion as floor
       # (benchmarks/int_decode.py; the sm80 and sm86 tiles forced to integer decoding)
       timeout 400 python3 benchmarks/int_decode.py "$OUT/int-decode.jsonl" 2>&1 | tee "$OUT/int-decode.log" | grep -v "^INTDEC" ;;
-    indexer) timeout 400 python3 benchmarks/indexer_bench.py "$OUT/indexer-bench.json" 2>&1 | tee "$OUT/indexer-bench.log" | grep -E "INDEXER|Error" ;;
+    indexer) timeout 400 python3 benchmarks/indexer_bench.py "$OUT/indexer-bench.json" 2>&1 | tee "$OUT/indexer-bench.log" | grep -E "^(prefill|decode) |Error" ;;
     indexer-fp8dot) # the indexer's fp8-tensor-core experiment (TSM_INDEXER_FP8_DOT): its tests, then
       # the bench with it off and on, each in its own process
       TSM_INDEXER_FP8_DOT=1 timeout 200 python3 -m pytest -q -p no:cacheprovider tests/test_indexer.py 2>&1 | tee "$OUT/indexer-fp8dot-tests.log" | tail -3
-      for v in 0 1; do TSM_INDEXER_FP8_DOT=$v timeout 200 python3 benchmarks/indexer_bench.py "$OUT/indexer-bench-fp8dot$v.json" 2>&1 | tee "$OUT/indexer-bench-fp8dot$v.log" | grep -E "INDEXER|Error" | sed "s/^/[fp8dot=$v] /"; done ;;
+      for v in 0 1; do TSM_INDEXER_FP8_DOT=$v timeout 200 python3 benchmarks/indexer_bench.py "$OUT/indexer-bench-fp8dot$v.json" 2>&1 | tee "$OUT/indexer-bench-fp8dot$v.log" | grep -E "^(prefill|decode) |Error" | sed "s/^/[fp8dot=$v] /"; done ;;
     indexer-tiles) # the prefill indexer's tile (TSM_INDEXER_TILE experiment), one process per tile in
       # $INDEXER_TILES (";"-separated "BLOCK_M,BLOCK_N,NUM_WARPS,NUM_STAGES", a "/0" suffix with
       # fp16 products): its tests, then the prefill rows of the bench
@@ -75,7 +75,13 @@ for s in $steps; do
       for t in "${tiles[@]}"; do dot=1; [ "${t#*/}" != "$t" ] && dot=${t#*/}; tt=${t%/*}
         r=$(TSM_INDEXER_FP8_DOT=$dot TSM_INDEXER_TILE=$tt timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_indexer.py 2>&1 | tail -1)
         echo "[tile=$tt fp8dot=$dot] tests: $r"
-        TSM_INDEXER_FP8_DOT=$dot TSM_INDEXER_TILE=$tt timeout 150 python3 benchmarks/indexer_bench.py "$OUT/indexer-tile-${tt//,/-}-dot$dot.json" prefill 2>&1 | tee "$OUT/indexer-tile-${tt//,/-}-dot$dot.log" | grep -E "INDEXER|Error" | sed "s/^/[tile=$tt fp8dot=$dot] /"; done ;;
+        TSM_INDEXER_FP8_DOT=$dot TSM_INDEXER_TILE=$tt timeout 150 python3 benchmarks/indexer_bench.py "$OUT/indexer-tile-${tt//,/-}-dot$dot.json" prefill 2>&1 | tee "$OUT/indexer-tile-${tt//,/-}-dot$dot.log" | grep -E "^(prefill|decode) |Error" | sed "s/^/[tile=$tt fp8dot=$dot] /"; done ;;
+    indexer-ncu) # Nsight Compute over the indexer's kernels (benchmarks/indexer_profile.py; workloads
+      # from $PROFILE_WORKLOADS), with the source view's SASS
+      timeout 300 ncu --clock-control none --profile-from-start off --kernel-name regex:mqa_logits --set full \
+           --import-source yes -f -o "$OUT/indexer-prof" python3 benchmarks/indexer_profile.py ${PROFILE_WORKLOADS:-} 2>&1 | tail -5
+         ncu --import "$OUT/indexer-prof.ncu-rep" --page details --csv > "$OUT/indexer-ncu-details.csv" 2>&1; grep -c . "$OUT/indexer-ncu-details.csv"
+         ncu --import "$OUT/indexer-prof.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip > "$OUT/indexer-ncu-source.csv.gz" ;;
     fp8choice) timeout 420 python3 benchmarks/fp8_prefill_choice.py "$OUT/fp8-prefill-choice.json" ${CHOICE_HEADS:+--heads $CHOICE_HEADS} ${CHOICE_ROWS:+--rows $CHOICE_ROWS} ${CHOICE_SHARDQ:+--shardq} 2>&1 | tee "$OUT/fp8-prefill-choice.log" | grep CHOICE ;;
     residency) timeout 300 python3 benchmarks/residency.py "$OUT/residency.json" ${TOGGLE_FMT:+--fmt $TOGGLE_FMT} 2>&1 | tee "$OUT/residency.log" | grep RES ;;
     residency-toggle) timeout 300 python3 benchmarks/residency.py "$OUT/residency-toggle.json" --toggle "$TOGGLE" ${TOGGLE_FMT:+--fmt $TOGGLE_FMT} 2>&1 | tee "$OUT/residency-toggle.log" | grep RES ;;

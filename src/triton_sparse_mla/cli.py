@@ -51,6 +51,16 @@ def _token_counts(text: str) -> tuple:
     return counts
 
 
+def _indexer_workloads(args) -> list:
+    """``bench --phase indexer``: the DSA indexer's workloads at the preset's model's indexer
+    heads (DeepSeek-V3.2: 64, GLM-5: 32; every preset but a model's: both). The indexer's heads
+    are not split by tensor parallelism."""
+    from .indexer import bench as indexer_bench
+
+    heads = {"deepseek": (64,), "glm5": (32,)}.get(args.preset.split("-")[0], (64, 32))
+    return indexer_bench.workloads(heads)
+
+
 def _cmd_bench(args) -> int:
     import torch
 
@@ -59,6 +69,11 @@ def _cmd_bench(args) -> int:
     if not torch.cuda.is_available():
         print("bench needs a CUDA GPU", file=sys.stderr)
         return 2
+    if args.phase == "indexer":
+        from .indexer import bench as indexer_bench
+
+        indexer_bench.run(_indexer_workloads(args), json_path=args.json)
+        return 0
     workloads = _bench_workloads(args)
     bench.run_bench(workloads, json_path=args.json, plot_path=args.plot,
                     baseline=not args.no_baseline, torch_baseline=not args.no_torch)
@@ -89,7 +104,9 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("check", help="run the kernels on embedded problems against the float64 reference")
     p = sub.add_parser("bench", help="time the kernels (and FlashMLA when importable) on this GPU")
-    p.add_argument("--phase", choices=["decode", "prefill", "all"], default="decode")
+    p.add_argument("--phase", choices=["decode", "prefill", "all", "indexer"], default="decode",
+                   help="the attention's decode or prefill workloads, or both (all); or the DSA "
+                        "indexer's scores (indexer: beside DeepGEMM where it runs)")
     p.add_argument("--preset", choices=["all", "deepseek-v32-tp1", "deepseek-v32-tp8", "glm5-tp1", "glm5-tp8", "tp4"],
                    default="all", help="head counts: a model at a tensor-parallel size, or all")
     p.add_argument("--formats", default="bf16,fp8_ds_mla")

@@ -12,7 +12,7 @@ with DeepGEMM (the DSA indexer uses it) and this project's plugin. On the device
 
 Usage: vllm_e2e.py OUT.json [--timeout S] [--kv-cache-dtype auto|fp8_ds_mla] [--max-tokens N]
        [--index-topk N] [--long] [--control] [--tp N] [--shard-q on|off] [--indexer ours]
-       [--config-only DIR]
+       [--cuda-graphs] [--config-only DIR]
 
 ``--indexer ours``: our engine also scores the DSA indexer with triton_sparse_mla.indexer
 and replaces vLLM's fp8 DSA-layer kernels (``TRITON_SPARSE_MLA_INDEXER=on``: what SM80/86 get
@@ -215,7 +215,7 @@ def _check_ours_against_reference(sink: str) -> None:
 
     def checked(q, kv, indices, sm_scale, **kwargs):
         res = real(q, kv, indices, sm_scale, **kwargs)
-        if len(checks) < REFERENCE_CHECKS:
+        if len(checks) < REFERENCE_CHECKS and not _capturing():
             out = res[0] if isinstance(res, tuple) else res
             checks.append(reference_error(q, kv, indices, sm_scale, kwargs.get("topk_length"), out))
             save()
@@ -226,6 +226,14 @@ def _check_ours_against_reference(sink: str) -> None:
 
 
 INDEXER_CHECKS = 8  # indexer calls of each kind (prefill, decode) checked against float64
+
+
+def _capturing() -> bool:
+    """Whether a CUDA graph is being captured (``--cuda-graphs``): no checks then, as they copy
+    to the host."""
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
 
 def _check_indexer_against_reference(indexer_checks: list, save) -> None:
@@ -248,7 +256,8 @@ def _check_indexer_against_reference(indexer_checks: list, save) -> None:
 
     def mqa_checked(q, k, k_scale, weights, starts, ends, width, **kw):
         out = mqa(q, k, k_scale, weights, starts, ends, width, **kw)
-        if sum(c["kind"] == "prefill" for c in indexer_checks) < INDEXER_CHECKS and q.shape[0] > 0:
+        if (sum(c["kind"] == "prefill" for c in indexer_checks) < INDEXER_CHECKS and q.shape[0] > 0
+                and not _capturing()):
             n = min(64, q.shape[0])  # the last rows: the longest key ranges
             record("prefill", out[-n:], indexer.mqa_logits_reference(
                 q[-n:], k, k_scale, weights[-n:], starts[-n:], ends[-n:], width))
@@ -256,7 +265,8 @@ def _check_indexer_against_reference(indexer_checks: list, save) -> None:
 
     def paged_checked(q, kv_cache, weights, context_lens, block_tables, width, **kw):
         out = paged(q, kv_cache, weights, context_lens, block_tables, width, **kw)
-        if sum(c["kind"] == "decode" for c in indexer_checks) < INDEXER_CHECKS and q.shape[0] > 0:
+        if (sum(c["kind"] == "decode" for c in indexer_checks) < INDEXER_CHECKS and q.shape[0] > 0
+                and not _capturing()):
             record("decode", out, indexer.paged_mqa_logits_reference(
                 q[:1], kv_cache, weights[: q.shape[1]], context_lens[:1], block_tables[:1], width))
         return out
@@ -305,7 +315,8 @@ def _perturb_ours() -> None:
 
 
 def run_worker(backend: str, model_dir: str, result: str, kv_cache_dtype: str, max_tokens: int,
-               long: bool = False, tp: int = 1, shard_q: str | None = None) -> None:
+               long: bool = False, tp: int = 1, shard_q: str | None = None,
+               cuda_graphs: bool = False) -> None:
     from vllm import LLM, SamplingParams
 
     _patch_dummy_loader()
@@ -320,8 +331,9 @@ def run_worker(backend: str, model_dir: str, result: str, kv_cache_dtype: str, m
         skip_tokenizer_init=True,
         dtype="bfloat16",
         kv_cache_dtype=kv_cache_dtype,
-        enforce_eager=True,
-        compilation_config=0,  # CompilationMode.NONE: no torch.compile
+        enforce_eager=not cuda_graphs,
+        # CompilationMode.NONE: no torch.compile; with --cuda-graphs, whole decode steps captured
+        compilation_config={"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY"} if cuda_graphs else 0,
         max_model_len=2048 if long else 1024,
         max_num_batched_tokens=2048 if long else 1024,
         block_size=64,
@@ -397,7 +409,8 @@ def run_engine(backend: str, model_dir: Path, work: Path, log_path: Path, args, 
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", backend, str(model_dir), str(result),
            "--kv-cache-dtype", args.kv_cache_dtype, "--max-tokens", str(args.max_tokens)] + (
                ["--long"] if args.long else []) + ["--tp", str(args.tp)] + (
-               ["--shard-q", args.shard_q] if args.shard_q else [])
+               ["--shard-q", args.shard_q] if args.shard_q else []) + (
+               ["--cuda-graphs"] if args.cuda_graphs else [])
     t0 = time.time()
     with open(log_path, "w") as log:
         try:
@@ -501,11 +514,18 @@ def main(argv=None) -> int:
                     help="vLLM 0.34's sparse_mla_shard_q (default: vLLM's own, on)")
     ap.add_argument("--indexer", choices=["ours", "deepgemm"], default="deepgemm",
                     help="who scores the DSA indexer in our engine (the reference keeps DeepGEMM)")
+    ap.add_argument("--cuda-graphs", action="store_true",
+                    help="capture decode steps in CUDA graphs (FULL_DECODE_ONLY, no torch.compile) "
+                         "instead of running eagerly; the report's compiles-while-generating then "
+                         "say whether vLLM's warm-up reached every kernel of ours")
     ap.add_argument("--config-only", metavar="DIR", help="write the model config under DIR and stop")
     ap.add_argument("--worker", nargs=3, metavar=("BACKEND", "MODEL_DIR", "RESULT"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.control and args.cuda_graphs:  # (the nudge draws random signs, not graph-safe)
+        ap.error("--control runs eagerly only: leave out --cuda-graphs")
     if args.worker:
-        run_worker(*args.worker, args.kv_cache_dtype, args.max_tokens, args.long, args.tp, args.shard_q)
+        run_worker(*args.worker, args.kv_cache_dtype, args.max_tokens, args.long, args.tp, args.shard_q,
+                   args.cuda_graphs)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)  # the result is written: skip engine teardown, which can hang
@@ -518,6 +538,7 @@ def main(argv=None) -> int:
     out = Path(args.out_json)
     out.parent.mkdir(parents=True, exist_ok=True)
     report = dict(kv_cache_dtype=args.kv_cache_dtype, max_tokens=args.max_tokens, tp=args.tp,
+                  cuda_graphs=args.cuda_graphs,
                   shard_q=args.shard_q, indexer=args.indexer, model=MODEL,
                   prompt_lengths=list(LONG_PROMPT_LENGTHS if args.long else PROMPT_LENGTHS))
     with tempfile.TemporaryDirectory(prefix="vllm_e2e_") as tmp:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One self-contained call on the GPU machine: install, test, sanitize, sweep, benchmark.
 # Usage (on the device, from the repo root): bash benchmarks/device_run.sh [steps...]
-# Steps: triton-a triton-b tests sanitizer sweep envab intdecode narrow stride fp8sweep splits splits-len warps fp8choice wsparts residency residency-toggle residency-warps indexer indexer-fp8dot indexer-tiles indexer-ncu ncu ppc ppncu nbprobe vllmtests mid grid gatherl2 splitn splitlat splitprobe exchange apart racecheck racecheck-producer wide latency toggle bench prefill (default: tests sanitizer sweep bench
+# Steps: triton-a triton-b tests sanitizer sweep envab intdecode narrow stride fp8sweep splits splits-len warps fp8choice wsparts residency residency-toggle residency-warps indexer indexer-fp8dot indexer-tiles indexer-heads indexer-ncu ncu ppc ppncu nbprobe vllmtests mid grid gatherl2 splitn splitlat splitprobe exchange apart racecheck racecheck-producer wide latency toggle bench prefill (default: tests sanitizer sweep bench
 # prefill). toggle and residency-toggle time a boolean TileConfig field off and on, named by
 # $TOGGLE (e.g. TOGGLE=prefetch_idx), on the workloads of one row format if $TOGGLE_FMT is set
 # (e.g. TOGGLE_FMT=fp8_ds_mla) and of the head counts in $TOGGLE_HEADS (toggle only; e.g.
@@ -76,6 +76,10 @@ for s in $steps; do
         r=$(TSM_INDEXER_FP8_DOT=$dot TSM_INDEXER_TILE=$tt timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_indexer.py 2>&1 | tail -1)
         echo "[tile=$tt fp8dot=$dot] tests: $r"
         TSM_INDEXER_FP8_DOT=$dot TSM_INDEXER_TILE=$tt timeout 150 python3 benchmarks/indexer_bench.py "$OUT/indexer-tile-${tt//,/-}-dot$dot.json" prefill 2>&1 | tee "$OUT/indexer-tile-${tt//,/-}-dot$dot.log" | grep -E "^(prefill|decode) |Error" | sed "s/^/[tile=$tt fp8dot=$dot] /"; done ;;
+    indexer-heads) # the prefill indexer with the heads along N (TSM_INDEXER_HEADS_ALONG_N experiment,
+      # indexer/flat_heads.py): its tests, then the bench's prefill rows off and on, each in its own process
+      TSM_INDEXER_HEADS_ALONG_N=1 timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_indexer.py 2>&1 | tail -1
+      for v in 0 1 0 1; do TSM_INDEXER_HEADS_ALONG_N=$v timeout 150 python3 benchmarks/indexer_bench.py "$OUT/indexer-heads$v.json" prefill 2>&1 | grep -E "^prefill |Error" | sed "s/^/[heads_along_n=$v] /"; done ;;
     indexer-ncu) # Nsight Compute over the indexer's kernels (benchmarks/indexer_profile.py; workloads
       # from $PROFILE_WORKLOADS), with the source view's SASS
       timeout 300 ncu --clock-control none --profile-from-start off --kernel-name regex:mqa_logits --set full \

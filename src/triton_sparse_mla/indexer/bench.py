@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from . import flat
+from . import flat, flat_heads
 from .api import mqa_logits, paged_mqa_logits
 from .cache_layout import pack_indexer_k_cache
 from .reference import mqa_logits_reference, paged_mqa_logits_reference
@@ -154,6 +154,9 @@ def run(work: list[Workload], json_path: str | None = None) -> dict:
     head = header() | {"deep_gemm": dg_name if dg is not None else None,
                        "fp8_products": flat.FP8_DOT and torch.cuda.get_device_capability() >= (8, 9)}
     head["tile"] = list(flat.tile(head["fp8_products"]))
+    if flat_heads.ON:  # (the experiment's prefill kernel)
+        head["tile"] = dict(heads_along_n=[flat_heads.COLUMNS, flat_heads.BLOCK_N,
+                                           flat_heads.NUM_WARPS, flat_heads.NUM_STAGES])
     print(" ".join(f"{k}={v}" for k, v in head.items()), flush=True)
     ceil = measure_ceilings()
     print(f"ceilings: copy {ceil['copy_GBps']:.0f} GB/s, bf16 matmul {ceil['matmul_TFLOPs']:.0f} TFLOP/s",

@@ -23,6 +23,7 @@ import triton.language as tl
 
 from ..hostmath import cdiv
 from ..kernels.common import LAUNCH_OPTIONS, e4m3_rows_operand, e4m3_unit, mma
+from . import flat_heads
 
 # The products run on the fp8 tensor cores where the hardware has them (SM89 and newer): q and k
 # as loaded, half the MMA instructions of fp16 operands (QMMA.16832 against HMMA.16816 on sm89).
@@ -134,6 +135,10 @@ def launch_mqa_logits(q8, k8, k_scale, weights, row_starts, row_ends, out, *, sm
     if n_rows == 0 or out.shape[1] == 0:
         return out
     products_fp8 = fp8_dot(fp8_cvt, interpret)
+    if flat_heads.ON:  # EXPERIMENT: the heads along the product's N axis
+        return flat_heads.launch(q8, k8, k_scale, weights, row_starts, row_ends, out,
+                                 sm_count=sm_count, fp8_cvt=fp8_cvt, interpret=interpret,
+                                 fp8_products=products_fp8)
     t = tile(products_fp8)
     row_blocks = cdiv(n_rows, t.block_m)
     key_programs = max(1, min(cdiv(out.shape[1], t.block_n), cdiv(2 * sm_count, row_blocks)))

@@ -17,6 +17,7 @@ import triton.language as tl
 
 from ..hostmath import cdiv, next_power_of_2
 from ..kernels.common import LAUNCH_OPTIONS, e4m3_rows_operand, e4m3_unit, mma
+from . import flat_heads
 from .flat import fp8_dot
 
 MAX_TILE_ROWS = 128  # G * BLOCK_H: the query tile's rows (q and the accumulator in registers)
@@ -32,7 +33,7 @@ def paged_mqa_logits_kernel(
     stride_wh, stride_om,
     NEXT_N: tl.constexpr, G: tl.constexpr, H: tl.constexpr, BLOCK_H: tl.constexpr,
     D: tl.constexpr, BLOCK_SIZE: tl.constexpr, FP8_CVT: tl.constexpr, INTERPRET: tl.constexpr,
-    FP8_DOT: tl.constexpr = False,
+    FP8_DOT: tl.constexpr = False, HEADS_ALONG_N: tl.constexpr = False,
 ):
     i_b = tl.program_id(0)
     i_g = tl.program_id(1)
@@ -54,6 +55,7 @@ def paged_mqa_logits_kernel(
     b_limit = tl.minimum(tl.load(limits_ptr + i_b * NEXT_N + o_gj, mask=m_gj, other=0), width)
     n_used = tl.minimum(tl.cdiv(tl.max(b_limit, axis=0), BLOCK_SIZE), n_blocks_max)
     p_out = out_ptr + (i_b.to(tl.int64) * NEXT_N + o_gj)[:, None] * stride_om  # [G, 1]
+    p_out_t = out_ptr + (i_b.to(tl.int64) * NEXT_N + o_gj)[None, :] * stride_om  # [1, G]
     o_t = tl.arange(0, BLOCK_SIZE)
     for i_blk in range(i_s, n_used, n_programs):
         blk = tl.load(table_ptr + i_b.to(tl.int64) * stride_tb + i_blk).to(tl.int64)
@@ -62,10 +64,15 @@ def paged_mqa_logits_kernel(
         b_k = e4m3_rows_operand(p_blk + o_t * D, o_t < BLOCK_SIZE, D, FP8_CVT, INTERPRET, FP8_DOT)
         p_scale = (p_blk + BLOCK_SIZE * D).to(tl.pointer_type(tl.float32), bitcast=True)
         b_scale = e4m3_unit(e4m3_unit(tl.load(p_scale + o_t), FP8_CVT), FP8_CVT)  # [BLOCK_SIZE]
-        b_s = tl.maximum(mma(b_q, tl.trans(b_k), INTERPRET), 0.0) * b_w[:, None]
-        b_l = tl.sum(tl.reshape(b_s, [G, BLOCK_H, BLOCK_SIZE]), axis=1) * b_scale[None, :]
         o_p = i_blk * BLOCK_SIZE + o_t
-        tl.store(p_out + o_p[None, :], b_l, mask=o_p[None, :] < b_limit[:, None])
+        if HEADS_ALONG_N:  # EXPERIMENT (indexer/flat_heads.py): positions along M, heads along N
+            b_s = tl.maximum(mma(b_k, tl.trans(b_q), INTERPRET), 0.0) * b_w[None, :]
+            b_l = tl.sum(tl.reshape(b_s, [BLOCK_SIZE, G, BLOCK_H]), axis=2) * b_scale[:, None]
+            tl.store(p_out_t + o_p[:, None], b_l, mask=o_p[:, None] < b_limit[None, :])
+        else:
+            b_s = tl.maximum(mma(b_q, tl.trans(b_k), INTERPRET), 0.0) * b_w[:, None]
+            b_l = tl.sum(tl.reshape(b_s, [G, BLOCK_H, BLOCK_SIZE]), axis=1) * b_scale[None, :]
+            tl.store(p_out + o_p[None, :], b_l, mask=o_p[None, :] < b_limit[:, None])
 
 
 def tile(next_n: int, n_heads: int) -> tuple[int, int, int]:
@@ -95,7 +102,8 @@ def launch_paged_mqa_logits(q8, kv_cache, weights, limits, block_tables, out, *,
         n_blocks_max, out.shape[1], kv_cache.stride(0), block_tables.stride(0), q8.stride(0),
         q8.stride(1), q8.stride(2), weights.stride(0), weights.stride(1), out.stride(0),
         NEXT_N=next_n, G=g, H=n_heads, BLOCK_H=block_h, D=d, BLOCK_SIZE=block_size,
-        FP8_CVT=fp8_cvt, INTERPRET=interpret, FP8_DOT=fp8_dot(fp8_cvt, interpret), num_warps=num_warps,
+        FP8_CVT=fp8_cvt, INTERPRET=interpret, FP8_DOT=fp8_dot(fp8_cvt, interpret),
+        HEADS_ALONG_N=flat_heads.ON, num_warps=num_warps,
         **LAUNCH_OPTIONS,
     )
     return out

@@ -96,7 +96,6 @@ def mqa_logits_kernel(
     n_programs = tl.num_programs(1)
     o_m = i_m * BLOCK_M + tl.arange(0, BLOCK_M)
     m_m = o_m < n_rows
-    o_d = tl.arange(0, D)
     b_lo = tl.load(starts_ptr + o_m, mask=m_m, other=n_keys)  # [BLOCK_M]
     b_hi = tl.load(ends_ptr + o_m, mask=m_m, other=0)
     b_hi = tl.minimum(tl.minimum(b_hi, n_keys), b_lo + width)

@@ -78,7 +78,7 @@ for s in $steps; do
         TSM_INDEXER_FP8_DOT=$dot TSM_INDEXER_TILE=$tt timeout 150 python3 benchmarks/indexer_bench.py "$OUT/indexer-tile-${tt//,/-}-dot$dot.json" prefill 2>&1 | tee "$OUT/indexer-tile-${tt//,/-}-dot$dot.log" | grep -E "^(prefill|decode) |Error" | sed "s/^/[tile=$tt fp8dot=$dot] /"; done ;;
     indexer-heads) # the prefill indexer with the heads along N (TSM_INDEXER_HEADS_ALONG_N experiment,
       # indexer/flat_heads.py, and the decode kernel's HEADS_ALONG_N): its tests, then the bench off
-      # and on, twice, each in its own process
+      # and on, twice, each in its own process (another tile: TSM_INDEXER_HEADS_TILE=COLUMNS,BLOCK_N,WARPS,STAGES)
       TSM_INDEXER_HEADS_ALONG_N=1 timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_indexer.py 2>&1 | tail -1
       for v in 0 1 0 1; do TSM_INDEXER_HEADS_ALONG_N=$v timeout 150 python3 benchmarks/indexer_bench.py "$OUT/indexer-heads$v.json" 2>&1 | grep -E "^(prefill|decode) |Error" | sed "s/^/[heads_along_n=$v] /"; done ;;
     indexer-ncu) # Nsight Compute over the indexer's kernels (benchmarks/indexer_profile.py; workloads

@@ -28,6 +28,13 @@ COLUMNS = 256  # G * BLOCK_H: the product's N (wgmma's largest)
 BLOCK_N = 64
 NUM_WARPS = 8
 NUM_STAGES = 3
+# A measurement knob: "COLUMNS,BLOCK_N,NUM_WARPS,NUM_STAGES" (device_run.sh indexer-heads).
+if os.environ.get("TSM_INDEXER_HEADS_TILE"):
+    try:
+        COLUMNS, BLOCK_N, NUM_WARPS, NUM_STAGES = (int(x) for x in os.environ["TSM_INDEXER_HEADS_TILE"].split(","))
+    except ValueError:
+        raise ValueError("TSM_INDEXER_HEADS_TILE: expected 'COLUMNS,BLOCK_N,NUM_WARPS,NUM_STAGES' (four "
+                         f"integers), got {os.environ['TSM_INDEXER_HEADS_TILE']!r}") from None
 
 
 @triton.jit(do_not_specialize=["n_rows", "n_keys", "width", "stride_om", "starts_ptr", "ends_ptr"])

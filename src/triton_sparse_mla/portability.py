@@ -147,7 +147,7 @@ def _workspace_variants(cap: int):
 def _indexer_variants(cap: int):
     """The DSA indexer's two score kernels (triton_sparse_mla.indexer) at the models' shapes
     (64 heads of 128, cache blocks of 64 tokens; decode with 1 and 4 rows per request)."""
-    from .indexer import flat, paged
+    from .indexer import flat, flat_heads, paged
 
     names = _jit_fn(flat.mqa_logits_kernel).arg_names
     types = {n: "i32" for n in names}
@@ -169,7 +169,8 @@ def _indexer_variants(cap: int):
     for next_n, heads in ((1, 64), (2, 64), (2, 32), (4, 32)):
         g, block_h, warps = paged.tile(next_n, heads)
         k = dict(NEXT_N=next_n, G=g, H=heads, BLOCK_H=block_h, D=128, BLOCK_SIZE=64,
-                 FP8_CVT=cvt, INTERPRET=False, FP8_DOT=flat.fp8_dot(cvt, False))
+                 FP8_CVT=cvt, INTERPRET=False, FP8_DOT=flat.fp8_dot(cvt, False),
+                 HEADS_ALONG_N=flat_heads.ON)
         yield (f"paged_mqa_logits next_n={next_n} H={heads}", paged.paged_mqa_logits_kernel, types, k,
                {n for n in names if n.endswith("_ptr")}
                | {"stride_cb", "stride_qb", "stride_qn", "stride_qh", "stride_wr"},

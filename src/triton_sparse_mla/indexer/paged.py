@@ -66,9 +66,9 @@ def paged_mqa_logits_kernel(
         b_scale = e4m3_unit(e4m3_unit(tl.load(p_scale + o_t), FP8_CVT), FP8_CVT)  # [BLOCK_SIZE]
         o_p = i_blk * BLOCK_SIZE + o_t
         if HEADS_ALONG_N:  # EXPERIMENT (indexer/flat_heads.py): positions along M, heads along N
-            b_s = tl.maximum(mma(b_k, tl.trans(b_q), INTERPRET), 0.0) * b_w[None, :]
-            b_l = tl.sum(tl.reshape(b_s, [BLOCK_SIZE, G, BLOCK_H]), axis=2) * b_scale[:, None]
-            tl.store(p_out_t + o_p[:, None], b_l, mask=o_p[:, None] < b_limit[None, :])
+            b_st = tl.maximum(mma(b_k, tl.trans(b_q), INTERPRET), 0.0) * b_w[None, :]
+            b_lt = tl.sum(tl.reshape(b_st, [BLOCK_SIZE, G, BLOCK_H]), axis=2) * b_scale[:, None]
+            tl.store(p_out_t + o_p[:, None], b_lt, mask=o_p[:, None] < b_limit[None, :])
         else:
             b_s = tl.maximum(mma(b_q, tl.trans(b_k), INTERPRET), 0.0) * b_w[:, None]
             b_l = tl.sum(tl.reshape(b_s, [G, BLOCK_H, BLOCK_SIZE]), axis=1) * b_scale[None, :]

@@ -22,6 +22,7 @@ import triton.language as tl
 
 from ..hostmath import cdiv, next_power_of_2
 from ..kernels.common import LAUNCH_OPTIONS, e4m3_rows_operand, e4m3_unit, mma
+from .flat import key_ranges, rows_by_heads
 
 ON = os.environ.get("TSM_INDEXER_HEADS_ALONG_N", "0") == "1"
 COLUMNS = 256  # G * BLOCK_H: the product's N (wgmma's largest)
@@ -48,22 +49,14 @@ def mqa_logits_heads_kernel(
     i_m = tl.program_id(0)
     i_n = tl.program_id(1)
     n_programs = tl.num_programs(1)
-    # column c of the query tile: head c % BLOCK_H of row i_m * G + c // BLOCK_H
-    o_c = tl.arange(0, G * BLOCK_H)
-    o_cr = i_m * G + o_c // BLOCK_H
-    o_ch = o_c % BLOCK_H
-    m_c = (o_cr < n_rows) & (o_ch < H)
+    o_cr, o_ch, m_c = rows_by_heads(i_m * G, n_rows, G, BLOCK_H, H)  # the query tile's columns
     # [G * BLOCK_H, D], without the decoders' unit (folded into the keys' scales below)
     b_q = e4m3_rows_operand(q_ptr + o_cr.to(tl.int64) * stride_qm + o_ch * stride_qh, m_c, D,
                             FP8_CVT, INTERPRET, FP8_DOT)
     b_w = tl.load(w_ptr + o_cr.to(tl.int64) * stride_wm + o_ch * stride_wh, mask=m_c, other=0.0)
     o_g = i_m * G + tl.arange(0, G)
     m_g = o_g < n_rows
-    b_lo = tl.load(starts_ptr + o_g, mask=m_g, other=n_keys)  # [G]
-    b_hi = tl.load(ends_ptr + o_g, mask=m_g, other=0)
-    b_hi = tl.minimum(tl.minimum(b_hi, n_keys), b_lo + width)
-    lo = tl.min(b_lo, axis=0)
-    hi = tl.max(b_hi, axis=0)
+    b_lo, b_hi, lo, hi = key_ranges(starts_ptr, ends_ptr, o_g, m_g, n_keys, width)  # [G], [G]
     p_out = out_ptr + o_g.to(tl.int64)[None, :] * stride_om  # [1, G]
     for n0 in range(lo + i_n * BLOCK_N, hi, n_programs * BLOCK_N):
         o_n = n0 + tl.arange(0, BLOCK_N)

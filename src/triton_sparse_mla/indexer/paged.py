@@ -18,7 +18,7 @@ import triton.language as tl
 from ..hostmath import cdiv, next_power_of_2
 from ..kernels.common import LAUNCH_OPTIONS, e4m3_rows_operand, e4m3_unit, mma
 from . import flat_heads
-from .flat import fp8_dot
+from .flat import fp8_dot, rows_by_heads
 
 MAX_TILE_ROWS = 128  # G * BLOCK_H: the query tile's rows (q and the accumulator in registers)
 
@@ -40,10 +40,7 @@ def paged_mqa_logits_kernel(
     i_s = tl.program_id(2)
     n_programs = tl.num_programs(2)
     # the query tile: row r holds head r % BLOCK_H of the request's row i_g * G + r // BLOCK_H
-    o_r = tl.arange(0, G * BLOCK_H)
-    o_j = i_g * G + o_r // BLOCK_H
-    o_h = o_r % BLOCK_H
-    m_r = (o_j < NEXT_N) & (o_h < H)
+    o_j, o_h, m_r = rows_by_heads(i_g * G, NEXT_N, G, BLOCK_H, H)
     p_q = q_ptr + i_b.to(tl.int64) * stride_qb + o_j * stride_qn + o_h * stride_qh
     # [G * BLOCK_H, D], without the decoders' unit (folded into the keys' scales, with k's)
     b_q = e4m3_rows_operand(p_q, m_r, D, FP8_CVT, INTERPRET, FP8_DOT)

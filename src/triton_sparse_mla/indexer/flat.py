@@ -59,8 +59,8 @@ TILES = {
     "fp8": Tile(block_m=64, block_n=128, num_warps=8, num_stages=4),
     "fp16": Tile(block_m=64, block_n=128, num_warps=8, num_stages=3),
 }
-# A measurement knob (benchmarks/device_run.sh indexer-tiles): "BLOCK_M,BLOCK_N,NUM_WARPS,
-# NUM_STAGES" replaces both tiles.
+
+
 def _tile_from(text: str) -> Tile:
     try:
         return Tile(*(int(x) for x in text.split(",")))
@@ -69,6 +69,8 @@ def _tile_from(text: str) -> Tile:
                          f"(four integers), got {text!r}") from None
 
 
+# A measurement knob (benchmarks/device_run.sh indexer-tiles): TSM_INDEXER_TILE="BLOCK_M,
+# BLOCK_N,NUM_WARPS,NUM_STAGES" replaces both tiles.
 if os.environ.get("TSM_INDEXER_TILE"):
     TILES = dict.fromkeys(TILES, _tile_from(os.environ["TSM_INDEXER_TILE"]))
 

@@ -30,12 +30,13 @@ BLOCK_N = 64
 NUM_WARPS = 8
 NUM_STAGES = 3
 # A measurement knob: "COLUMNS,BLOCK_N,NUM_WARPS,NUM_STAGES" (device_run.sh indexer-heads).
-if os.environ.get("TSM_INDEXER_HEADS_TILE"):
+_TILE = os.environ.get("TSM_INDEXER_HEADS_TILE")
+if _TILE:
     try:
-        COLUMNS, BLOCK_N, NUM_WARPS, NUM_STAGES = (int(x) for x in os.environ["TSM_INDEXER_HEADS_TILE"].split(","))
+        COLUMNS, BLOCK_N, NUM_WARPS, NUM_STAGES = (int(x) for x in _TILE.split(","))
     except ValueError:
-        raise ValueError("TSM_INDEXER_HEADS_TILE: expected 'COLUMNS,BLOCK_N,NUM_WARPS,NUM_STAGES' (four "
-                         f"integers), got {os.environ['TSM_INDEXER_HEADS_TILE']!r}") from None
+        raise ValueError("TSM_INDEXER_HEADS_TILE: expected 'COLUMNS,BLOCK_N,NUM_WARPS,NUM_STAGES' "
+                         f"(four integers), got {_TILE!r}") from None
 
 
 @triton.jit(do_not_specialize=["n_rows", "n_keys", "width", "stride_om", "starts_ptr", "ends_ptr"])

@@ -2,6 +2,7 @@
 bench --phase indexer``): the work it counts matches the inputs it makes, its output check tells
 right from wrong, and the CLI's presets pick the models' indexer heads."""
 
+import json
 from dataclasses import asdict
 
 import pytest
@@ -58,3 +59,30 @@ def test_table_row_names_the_baseline_ratio():
     assert "-" in bench.format_row(row).split()[-3:-1]  # no DeepGEMM: dashes, not a ratio
     line = bench.format_row(row | {"deep_gemm_us": 200.0})
     assert " 200.0 " in line and " 0.50 " in line and w.name in line
+
+
+def test_run_records_every_workload(device, monkeypatch, tmp_path, capsys):
+    """``run``'s plumbing, with the GPU-only parts (header, ceilings, timing) replaced: every
+    workload checked against float64, its rates derived from its time and counted work, the
+    JSON written, one table line each."""
+    from triton_sparse_mla import bench as attention_bench
+
+    monkeypatch.setattr(attention_bench, "header", lambda: {"gpu": "stand-in"})
+    monkeypatch.setattr(attention_bench, "measure_ceilings",
+                        lambda: {"copy_GBps": 1000.0, "matmul_TFLOPs": 100.0})
+    monkeypatch.setattr(attention_bench, "heat", lambda fn, seconds: fn())
+    monkeypatch.setattr(attention_bench, "time_us", lambda fn, graph: 250.0 if graph else 500.0)
+    monkeypatch.setattr(bench, "deep_gemm", lambda: (None, "not here"))
+    out = tmp_path / "indexer.json"
+    record = bench.run(SMALL, json_path=str(out), device=device)
+    assert json.loads(out.read_text()) == json.loads(json.dumps(record))
+    assert [r["phase"] for r in record["rows"]] == ["prefill", "decode"]
+    for w, row in zip(SMALL, record["rows"]):
+        us = 250.0 if w.phase == "decode" else 500.0  # decode is timed as graph replays
+        assert row["us"] == us and row["rel_err"] < 1e-3
+        assert row["TFLOPs"] == pytest.approx(w.flops / us / 1e6)
+        assert row["matmul_share"] == pytest.approx(row["TFLOPs"] / 100.0)
+        assert ("copy_share" in row) is (w.phase == "decode")
+    assert record["rows"][1]["GBps"] == pytest.approx(SMALL[1].nbytes / 250.0 / 1e3)
+    table = capsys.readouterr().out
+    assert all(w.name in table for w in SMALL)

@@ -145,14 +145,16 @@ def deep_gemm_call(dg, w: Workload, args: tuple):
                                                width)
 
 
-def run(work: list[Workload], json_path: str | None = None) -> dict:
-    """Check and time each workload on the current GPU; print a header, a progress line per
+def run(work: list[Workload], json_path: str | None = None, device="cuda") -> dict:
+    """Check and time each workload on ``device`` (a GPU); print a header, a progress line per
     workload (stderr) and a table; write everything to ``json_path`` after each workload."""
     from ..bench import header, heat, measure_ceilings, time_us
 
+    device = torch.device(device)
     dg, dg_name = deep_gemm()
+    on_fp8 = device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 9)
     head = header() | {"deep_gemm": dg_name if dg is not None else None,
-                       "fp8_products": flat.FP8_DOT and torch.cuda.get_device_capability() >= (8, 9)}
+                       "fp8_products": flat.FP8_DOT and on_fp8}
     head["tile"] = list(flat.tile(head["fp8_products"]))
     if flat_heads.ON:  # (the experiment's prefill kernel)
         head["tile"] = dict(heads_along_n=[flat_heads.COLUMNS, flat_heads.BLOCK_N,
@@ -164,7 +166,7 @@ def run(work: list[Workload], json_path: str | None = None) -> dict:
     record = {"header": head, "ceilings": ceil, "rows": []}
     for i, w in enumerate(work):
         print(f"[{i + 1}/{len(work)}] {w.name}", file=sys.stderr, flush=True)
-        args = make_inputs(w, "cuda")
+        args = make_inputs(w, device)
         fn = ours(w, args)
         err = reference_error(w, args, fn())
         heat(fn, 1.0)

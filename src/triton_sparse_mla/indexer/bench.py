@@ -109,14 +109,16 @@ def reference_error(w: Workload, args: tuple, out: torch.Tensor) -> float:
     """Relative (norm) error of ``out``'s first rows against the float64 reference: the first
     :data:`CHECK_ROWS` prefill rows, or the first request's rows; columns the reference leaves
     at -inf are not compared."""
-    a = [x.cpu() if isinstance(x, torch.Tensor) else x for x in args]
     if w.phase == "prefill":
         n = CHECK_ROWS
+        a = [x.cpu() if isinstance(x, torch.Tensor) else x for x in args]
         ref = mqa_logits_reference(a[0][:n], a[1], a[2], a[3][:n], a[4][:n], a[5][:n], a[6])
-    else:
-        q, cache, weights, lens, tables, width = a
-        ref = paged_mqa_logits_reference(q[:1], cache, weights[: q.shape[1]], lens[:1], tables[:1],
-                                         width)
+    else:  # the first request, over its own blocks only (not the whole cache to the host)
+        q, cache, weights, lens, tables, width = args
+        blocks = tables[0].long()
+        ref = paged_mqa_logits_reference(
+            q[:1].cpu(), cache[blocks].cpu(), weights[: q.shape[1]].cpu(), lens[:1].cpu(),
+            torch.arange(blocks.numel(), dtype=torch.int32)[None, :], width)
     valid = torch.isfinite(ref)
     got = out[: ref.shape[0]].double().cpu()[valid]
     return ((got - ref[valid]).norm() / ref[valid].norm().clamp_min(1e-30)).item()

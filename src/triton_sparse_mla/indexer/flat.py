@@ -23,6 +23,8 @@ import triton.language as tl
 
 from ..hostmath import cdiv
 from ..kernels.common import LAUNCH_OPTIONS, e4m3_rows_operand, e4m3_unit, mma
+from . import flat_heads
+from .rows import key_ranges
 
 # The products run on the fp8 tensor cores where the hardware has them (SM89 and newer): q and k
 # as loaded, half the MMA instructions of fp16 operands (QMMA.16832 against HMMA.16816 on sm89).
@@ -80,28 +82,6 @@ def tile(fp8_products: bool) -> Tile:
     return TILES["fp8" if fp8_products else "fp16"]
 
 
-@triton.jit
-def rows_by_heads(row0, n_rows, G: tl.constexpr, BLOCK_H: tl.constexpr, H: tl.constexpr):
-    """The index of a ``[G * BLOCK_H]`` axis that holds ``G`` query rows from ``row0`` with
-    their heads: entry ``e`` is head ``e % BLOCK_H`` of row ``row0 + e // BLOCK_H``. Returns
-    the rows, the heads and which entries exist (row below ``n_rows``, head below ``H``)."""
-    o_e = tl.arange(0, G * BLOCK_H)
-    o_row = row0 + o_e // BLOCK_H
-    o_head = o_e % BLOCK_H
-    return o_row, o_head, (o_row < n_rows) & (o_head < H)
-
-
-@triton.jit
-def key_ranges(starts_ptr, ends_ptr, o_rows, m_rows, n_keys, width):
-    """The key ranges of a program's rows ``o_rows`` (``m_rows``: which exist): each row's
-    ``[lo, hi)`` clipped to ``n_keys`` and to ``width`` keys (a missing row's is empty), and
-    their union's bounds."""
-    b_lo = tl.load(starts_ptr + o_rows, mask=m_rows, other=n_keys)
-    b_hi = tl.load(ends_ptr + o_rows, mask=m_rows, other=0)
-    b_hi = tl.minimum(tl.minimum(b_hi, n_keys), b_lo + width)
-    return b_lo, b_hi, tl.min(b_lo, axis=0), tl.max(b_hi, axis=0)
-
-
 # Not specialized, so that indexer.warmup's call compiles what serving runs: the sizes, the
 # output's row stride (the width) and the row ranges' addresses (vLLM 0.34 passes slices of them
 # at any offset). q's and the weights' row strides (H D, H) stay specialized: q's rows are then
@@ -153,8 +133,6 @@ def launch_mqa_logits(q8, k8, k_scale, weights, row_starts, row_ends, out, *, sm
     if n_rows == 0 or out.shape[1] == 0:
         return out
     products_fp8 = fp8_dot(fp8_cvt, interpret)
-    from . import flat_heads  # (it imports this module)
-
     if flat_heads.ON:  # EXPERIMENT: the heads along the product's N axis
         return flat_heads.launch(q8, k8, k_scale, weights, row_starts, row_ends, out,
                                  sm_count=sm_count, fp8_cvt=fp8_cvt, interpret=interpret,

@@ -22,7 +22,7 @@ import triton.language as tl
 
 from ..hostmath import cdiv, next_power_of_2
 from ..kernels.common import LAUNCH_OPTIONS, e4m3_rows_operand, e4m3_unit, mma
-from .flat import key_ranges, rows_by_heads
+from .rows import key_ranges, rows_by_heads
 
 ON = os.environ.get("TSM_INDEXER_HEADS_ALONG_N", "0") == "1"
 COLUMNS = 256  # G * BLOCK_H: the product's N (wgmma's largest)

@@ -18,7 +18,8 @@ import triton.language as tl
 from ..hostmath import cdiv, next_power_of_2
 from ..kernels.common import LAUNCH_OPTIONS, e4m3_rows_operand, e4m3_unit, mma
 from . import flat_heads
-from .flat import fp8_dot, rows_by_heads
+from .flat import fp8_dot
+from .rows import rows_by_heads
 
 MAX_TILE_ROWS = 128  # G * BLOCK_H: the query tile's rows (q and the accumulator in registers)
 

@@ -113,6 +113,9 @@ def interleaved_rope_kernel(x_ptr, cos_sin_ptr, pos_ptr, out_ptr, stride_xt, str
 def ds_mla_rows_kernel(kv_ptr, w_ptr, kpe_ptr, out_ptr, eps, stride_kv, stride_kpe,
                        LAT: tl.constexpr, TILE: tl.constexpr, D_PE: tl.constexpr,
                        ROW_BYTES: tl.constexpr):
+    """Row ``token`` (program id 0) of ``kv``: its RMS norm (weights ``w``) quantized with one
+    power-of-two scale per TILE values, the scales, then row ``token`` of ``kpe`` as bf16: one
+    fp8_ds_mla row of ROW_BYTES to ``out``."""
     i_t = tl.program_id(0).to(tl.int64)
     o = tl.arange(0, LAT)
     x = tl.load(kv_ptr + i_t * stride_kv + o).to(tl.float32)
@@ -125,7 +128,7 @@ def ds_mla_rows_kernel(kv_ptr, w_ptr, kpe_ptr, out_ptr, eps, stride_kv, stride_k
     tl.store((p_out + LAT).to(tl.pointer_type(tl.float32), bitcast=True)
              + tl.arange(0, LAT // TILE), scale)
     o_pe = tl.arange(0, D_PE)
-    rope = tl.load(kpe_ptr + i_t * stride_kpe + o_pe).to(tl.float32).to(tl.bfloat16)
+    rope = tl.load(kpe_ptr + i_t * stride_kpe + o_pe).to(tl.bfloat16)
     tl.store((p_out + LAT + 4 * (LAT // TILE)).to(tl.pointer_type(tl.bfloat16), bitcast=True) + o_pe, rope)
 
 

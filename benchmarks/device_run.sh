@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One self-contained call on the GPU machine: install, test, sanitize, sweep, benchmark.
 # Usage (on the device, from the repo root): bash benchmarks/device_run.sh [steps...]
-# Steps: triton-a triton-b tests sanitizer sweep envab intdecode narrow stride fp8sweep splits splits-len warps fp8choice wsparts residency residency-toggle residency-warps indexer indexer-fp8dot indexer-tiles indexer-heads indexer-ncu ncu ppc ppncu nbprobe vllmtests mid grid gatherl2 splitn splitlat splitprobe exchange apart racecheck racecheck-producer wide latency toggle bench prefill (default: tests sanitizer sweep bench
+# Steps: triton-a triton-b tests sanitizer sweep envab intdecode narrow stride fp8sweep splits splits-len warps fp8choice wsparts residency residency-toggle residency-warps indexer indexer-fp8dot indexer-tiles indexer-heads indexer-heads-tiles indexer-ncu ncu ppc ppncu nbprobe vllmtests mid grid gatherl2 splitn splitlat splitprobe exchange apart racecheck racecheck-producer wide latency toggle bench prefill (default: tests sanitizer sweep bench
 # prefill). toggle and residency-toggle time a boolean TileConfig field off and on, named by
 # $TOGGLE (e.g. TOGGLE=prefetch_idx), on the workloads of one row format if $TOGGLE_FMT is set
 # (e.g. TOGGLE_FMT=fp8_ds_mla) and of the head counts in $TOGGLE_HEADS (toggle only; e.g.
@@ -76,11 +76,17 @@ for s in $steps; do
         r=$(TSM_INDEXER_FP8_DOT=$dot TSM_INDEXER_TILE=$tt timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_indexer.py 2>&1 | tail -1)
         echo "[tile=$tt fp8dot=$dot] tests: $r"
         TSM_INDEXER_FP8_DOT=$dot TSM_INDEXER_TILE=$tt timeout 150 python3 benchmarks/indexer_bench.py "$OUT/indexer-tile-${tt//,/-}-dot$dot.json" prefill 2>&1 | tee "$OUT/indexer-tile-${tt//,/-}-dot$dot.log" | grep -E "^(prefill|decode) |Error" | sed "s/^/[tile=$tt fp8dot=$dot] /"; done ;;
-    indexer-heads) # the prefill indexer with the heads along N (TSM_INDEXER_HEADS_ALONG_N experiment,
-      # indexer/flat_heads.py, and the decode kernel's HEADS_ALONG_N): its tests, then the bench off
-      # and on, twice, each in its own process (another tile: TSM_INDEXER_HEADS_TILE=COLUMNS,BLOCK_N,WARPS,STAGES)
+    indexer-heads) # the two prefill indexer kernels (TSM_INDEXER_HEADS_ALONG_N=0: the per-head one of
+      # indexer/flat.py, =1: indexer/flat_heads.py): the tests with the second forced, then the bench
+      # with each, twice, each in its own process (another tile: TSM_INDEXER_HEADS_TILE=COLUMNS,BLOCK_N,WARPS,STAGES)
       TSM_INDEXER_HEADS_ALONG_N=1 timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_indexer.py 2>&1 | tail -1
       for v in 0 1 0 1; do TSM_INDEXER_HEADS_ALONG_N=$v timeout 150 python3 benchmarks/indexer_bench.py "$OUT/indexer-heads$v.json" 2>&1 | grep -E "^(prefill|decode) |Error" | sed "s/^/[heads_along_n=$v] /"; done ;;
+    indexer-heads-tiles) # the heads-along-N indexer's tiles (TSM_INDEXER_HEADS_ALONG_N=1): the prefill rows
+      # of the bench for each tile in $HEADS_TILES (";"-separated "COLUMNS,BLOCK_N,WARPS,STAGES"),
+      # then the decode rows for each programs-per-SM target in $PAGED_PER_SM, each in its own process
+      IFS=';' read -ra tiles <<< "${HEADS_TILES:-256,64,8,3;128,64,4,3}"
+      for t in "${tiles[@]}"; do TSM_INDEXER_HEADS_ALONG_N=1 TSM_INDEXER_HEADS_TILE=$t timeout 120 python3 benchmarks/indexer_bench.py "$OUT/heads-tile-${t//,/-}.json" prefill 2>&1 | grep -E "^prefill |Error" | sed "s/^/[tile=$t] /"; done
+      for p in ${PAGED_PER_SM:-2 4 8}; do TSM_INDEXER_HEADS_ALONG_N=1 TSM_INDEXER_PAGED_PER_SM=$p timeout 120 python3 benchmarks/indexer_bench.py "$OUT/heads-paged-$p.json" decode 2>&1 | grep -E "^decode |Error" | sed "s/^/[per_sm=$p] /"; done ;;
     indexer-ncu) # Nsight Compute over the indexer's kernels (benchmarks/indexer_profile.py; workloads
       # from $PROFILE_WORKLOADS), with the source view's SASS
       timeout 300 ncu --clock-control none --profile-from-start off --kernel-name regex:mqa_logits --set full \

@@ -11,6 +11,7 @@ import torch
 from triton_sparse_mla.indexer import (
     mqa_logits, mqa_logits_reference, pack_indexer_k_cache, paged_mqa_logits,
     paged_mqa_logits_reference)
+from triton_sparse_mla.indexer import flat
 from triton_sparse_mla.indexer.reference import row_limits
 
 from problems import indexer_tolerance
@@ -74,8 +75,11 @@ def _prefill_ranges(g, seq_lens, width):
     pytest.param(64, (3, 70), 0, 0, id="H64-two-seqs"),
     pytest.param(8, (45, 30), 0, 6, id="H8-width-cuts"),
 ])
-def test_mqa_logits(device, heads, seq_lens, gap, cut):
-    """``cut``: the output is that much narrower than the longest range (the longest are cut)."""
+@pytest.mark.parametrize("heads_along_n", [True, False], ids=["heads-along-n", "per-head"])
+def test_mqa_logits(device, monkeypatch, heads, seq_lens, gap, cut, heads_along_n):
+    """``cut``: the output is that much narrower than the longest range (the longest are cut).
+    Both prefill kernels run, whichever this device's family would pick."""
+    monkeypatch.setattr(flat, "HEADS_ALONG_N", dict.fromkeys(flat.HEADS_ALONG_N, heads_along_n))
     g = torch.Generator().manual_seed(heads)
     width = max(seq_lens) - cut
     starts, ends = _prefill_ranges(g, seq_lens, max(seq_lens))

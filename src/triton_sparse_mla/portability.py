@@ -145,23 +145,30 @@ def _workspace_variants(cap: int):
 
 
 def _indexer_variants(cap: int):
-    """The DSA indexer's two score kernels (triton_sparse_mla.indexer) at the models' shapes
-    (64 heads of 128, cache blocks of 64 tokens; decode with 1 and 4 rows per request)."""
+    """The DSA indexer's score kernels at the models' shapes (64 heads of 128, cache blocks of 64
+    tokens; decode with 1, 2 and 4 rows per request): both prefill kernels on every target (the
+    family's own, :data:`.indexer.flat.HEADS_ALONG_N`, and the other, which the measurement knob
+    can select), and the decode kernel."""
     from .indexer import flat, flat_heads, paged
 
+    cvt = configs.fp8_cvt_level(divmod(cap, 10))
+    products_fp8 = flat.fp8_dot(cvt, False)
     names = _jit_fn(flat.mqa_logits_kernel).arg_names
     types = {n: "i32" for n in names}
     types.update(q_ptr="*u8", k_ptr="*u8", k_scale_ptr="*fp32", w_ptr="*fp32",
                  starts_ptr="*i32", ends_ptr="*i32", out_ptr="*fp32")
-    cvt = configs.fp8_cvt_level(divmod(cap, 10))
-    products_fp8 = flat.fp8_dot(cvt, False)
+    aligned = ({n for n in names if n.endswith("_ptr") and n not in ("starts_ptr", "ends_ptr")}
+               | {"stride_qm", "stride_qh", "stride_kn", "stride_wm"})
     t = flat.tile(products_fp8)
     k = dict(H=64, D=128, BLOCK_M=t.block_m, BLOCK_N=t.block_n, FP8_CVT=cvt, INTERPRET=False,
              FP8_DOT=products_fp8)
-    yield ("mqa_logits", flat.mqa_logits_kernel, types, k,
-           {n for n in names if n.endswith("_ptr") and n not in ("starts_ptr", "ends_ptr")}
-           | {"stride_qm", "stride_qh", "stride_kn", "stride_wm"},
-           t.num_warps, t.num_stages)
+    yield ("mqa_logits", flat.mqa_logits_kernel, types, k, aligned, t.num_warps, t.num_stages)
+    g, block_h = flat_heads.rows_per_program(64)
+    h = flat_heads.TILE
+    k = dict(H=64, BLOCK_H=block_h, G=g, D=128, BLOCK_N=h.block_n, FP8_CVT=cvt, INTERPRET=False,
+             FP8_DOT=products_fp8)
+    yield ("mqa_logits_heads", flat_heads.mqa_logits_heads_kernel, types, k, aligned,
+           h.num_warps, h.num_stages)
     names = _jit_fn(paged.paged_mqa_logits_kernel).arg_names
     types = {n: "i32" for n in names}
     types.update(q_ptr="*u8", cache_ptr="*u8", w_ptr="*fp32", limits_ptr="*i32",
@@ -169,8 +176,7 @@ def _indexer_variants(cap: int):
     for next_n, heads in ((1, 64), (2, 64), (2, 32), (4, 32)):
         g, block_h, warps = paged.tile(next_n, heads)
         k = dict(NEXT_N=next_n, G=g, H=heads, BLOCK_H=block_h, D=128, BLOCK_SIZE=64,
-                 FP8_CVT=cvt, INTERPRET=False, FP8_DOT=flat.fp8_dot(cvt, False),
-                 HEADS_ALONG_N=flat_heads.ON)
+                 FP8_CVT=cvt, INTERPRET=False, FP8_DOT=products_fp8)
         yield (f"paged_mqa_logits next_n={next_n} H={heads}", paged.paged_mqa_logits_kernel, types, k,
                {n for n in names if n.endswith("_ptr")}
                | {"stride_cb", "stride_qb", "stride_qn", "stride_qh", "stride_wr"},

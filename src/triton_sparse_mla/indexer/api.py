@@ -89,9 +89,9 @@ def mqa_logits(q, k, k_scale, weights, row_starts, row_ends, width, *, out=None)
             raise ValueError(f"{name}: expected shape [{m_rows}] (q's rows), got {list(x.shape)}")
     width = _check_width(width)
     out = _output(out, (m_rows, width), device)
-    _, sm_count, fp8_cvt = device_traits(device, "q")
+    family, sm_count, fp8_cvt = device_traits(device, "q")
     return launch_mqa_logits(q.view(torch.uint8), k.view(torch.uint8), k_scale, weights, row_starts,
-                             row_ends, out, sm_count=sm_count, fp8_cvt=fp8_cvt,
+                             row_ends, out, family=family, sm_count=sm_count, fp8_cvt=fp8_cvt,
                              interpret=interpreting())
 
 

@@ -22,7 +22,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from . import flat, flat_heads
+from .. import boundary
+from . import flat, flat_heads, paged
 from .api import mqa_logits, paged_mqa_logits
 from .cache_layout import pack_indexer_k_cache
 from .reference import mqa_logits_reference, paged_mqa_logits_reference
@@ -157,10 +158,12 @@ def run(work: list[Workload], json_path: str | None = None, device="cuda") -> di
     on_fp8 = device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 9)
     head = header() | {"deep_gemm": dg_name if dg is not None else None,
                        "fp8_products": flat.FP8_DOT and on_fp8}
-    head["tile"] = list(flat.tile(head["fp8_products"]))
-    if flat_heads.ON:  # (the experiment's prefill kernel)
-        head["tile"] = dict(heads_along_n=[flat_heads.COLUMNS, flat_heads.BLOCK_N,
-                                           flat_heads.NUM_WARPS, flat_heads.NUM_STAGES])
+    family = boundary.device_traits(device, "device")[0]
+    if flat.HEADS_ALONG_N[family]:  # the prefill kernel's tile
+        head["tile"] = dict(heads_along_n=list(flat_heads.TILE))
+    else:
+        head["tile"] = dict(per_head=list(flat.tile(head["fp8_products"])))
+    head["paged"] = dict(programs_per_sm=paged.PROGRAMS_PER_SM, num_warps=paged.NUM_WARPS)
     print(" ".join(f"{k}={v}" for k, v in head.items()), flush=True)
     ceil = measure_ceilings()
     print(f"ceilings: copy {ceil['copy_GBps']:.0f} GB/s, bf16 matmul {ceil['matmul_TFLOPs']:.0f} TFLOP/s",

@@ -5,7 +5,9 @@ logits are stored from column 0 (``out[i, n - row_starts[i]]``). In a prefill ch
 rows belong to the same sequence, so their ranges nearly coincide: a program takes ``BLOCK_M``
 rows, walks the union of their ranges ``BLOCK_N`` keys at a time, and for each key tile runs one
 ``[BLOCK_M, D] x [D, BLOCK_N]`` product per head, summing ``weights * relu(.)`` over the heads
-before one masked store.
+before one masked store. That per-head kernel serves the families whose tensor cores take their
+operands from registers (``mma.sync``: SM80/86/89/120); SM90/100 run :mod:`.flat_heads`'s
+(:data:`HEADS_ALONG_N`).
 
 q and k are read as float8_e4m3fn bytes. On SM89 and newer the products take them as they are, on
 the fp8 tensor cores (:data:`FP8_DOT`); on SM80/86 they are read in 32-bit words and converted
@@ -40,6 +42,20 @@ def fp8_dot(fp8_cvt: int, interpret: bool) -> bool:
     """Whether the indexer's products run on the fp8 tensor cores: with :data:`FP8_DOT`, where
     the hardware converts e4m3 (SM89 and newer), not under the interpreter."""
     return FP8_DOT and fp8_cvt == 1 and not interpret
+
+
+# Which prefill kernel a family runs. SM90/100: :mod:`.flat_heads` (all heads along the
+# product's N), measured 1.3-1.6x faster than the per-head kernel on sm90 with its first tile
+# (H200, run 272) and 1.04-1.3x faster again with the shipped one (H100, run 275).
+# SM80/86/89/120 (mma.sync; not measured, no such GPU here): the per-head kernel, which counted
+# fewer instructions per multiply-add in the SASS (Triton 3.8): sm89 1520 against 2284 a
+# million, sm80 2368 against 3120; the heads-along-N tile's head sum there takes a shuffle and
+# an add per value, where the per-head kernel's accumulates with one FFMA. Both carry the same
+# tensor-core work, which likely bounds either on those GPUs. TSM_INDEXER_HEADS_ALONG_N=1 or 0
+# (a measurement knob) sets every family's.
+HEADS_ALONG_N = {"sm90": True, "sm100": True, "sm80": False, "sm86": False}
+if os.environ.get("TSM_INDEXER_HEADS_ALONG_N") in ("0", "1"):
+    HEADS_ALONG_N = dict.fromkeys(HEADS_ALONG_N, os.environ["TSM_INDEXER_HEADS_ALONG_N"] == "1")
 
 
 class Tile(NamedTuple):
@@ -123,17 +139,17 @@ def mqa_logits_kernel(
         tl.store(p_out + (o_n[None, :] - b_lo[:, None]), b_acc, mask=m_out)
 
 
-def launch_mqa_logits(q8, k8, k_scale, weights, row_starts, row_ends, out, *, sm_count, fp8_cvt,
-                      interpret):
-    """Run :func:`mqa_logits_kernel`: ``q8 [M, H, D]`` and ``k8 [N, D]`` float8_e4m3fn bytes
-    (uint8), ``k_scale [N]`` and ``weights [M, H]`` fp32, ``row_starts``/``row_ends`` ``[M]``
-    int32, into ``out [M, W]`` fp32. The key axis is split over enough programs to give each SM
-    about two."""
+def launch_mqa_logits(q8, k8, k_scale, weights, row_starts, row_ends, out, *, family, sm_count,
+                      fp8_cvt, interpret):
+    """Run the prefill kernel of ``family`` (:data:`HEADS_ALONG_N`): ``q8 [M, H, D]`` and
+    ``k8 [N, D]`` float8_e4m3fn bytes (uint8), ``k_scale [N]`` and ``weights [M, H]`` fp32,
+    ``row_starts``/``row_ends`` ``[M]`` int32, into ``out [M, W]`` fp32. The key axis is split
+    over enough programs to give each SM about two."""
     n_rows, n_heads, d = q8.shape
     if n_rows == 0 or out.shape[1] == 0:
         return out
     products_fp8 = fp8_dot(fp8_cvt, interpret)
-    if flat_heads.ON:  # EXPERIMENT: the heads along the product's N axis
+    if HEADS_ALONG_N[family]:
         return flat_heads.launch(q8, k8, k_scale, weights, row_starts, row_ends, out,
                                  sm_count=sm_count, fp8_cvt=fp8_cvt, interpret=interpret,
                                  fp8_products=products_fp8)

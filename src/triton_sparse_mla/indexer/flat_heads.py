@@ -1,21 +1,27 @@
-"""EXPERIMENT (forty-sixth session, not yet run on a GPU; ``TSM_INDEXER_HEADS_ALONG_N=1``): the
-prefill indexer (:mod:`.flat`'s call) with the heads along the product's N axis.
+"""The prefill indexer (:mod:`.flat`'s call) with the heads along the product's N axis: the
+kernel of the families whose tensor cores take both operands from shared memory (``wgmma`` on
+SM90, ``tcgen05`` on SM100; :data:`.flat.HEADS_ALONG_N`).
 
 A program holds ``G`` query rows with all their heads as one ``[G * BLOCK_H, D]`` tile, loaded
 once, and walks the union of the rows' key ranges ``BLOCK_N`` keys at a time, each key tile one
 ``[BLOCK_N, D] x [D, G * BLOCK_H]`` product (keys along M, (row, head) pairs along N) whose
 ``weights * relu(.)`` is summed over each row's heads along N: within a thread and across the
-four lanes that share an accumulator row, no shared memory. Against :mod:`.flat`'s tile, which
-reloads each head's q tile for every key tile (64 KB a 128-key tile at 64 heads) and runs one
-product per head: q is read once, a key tile serves ``G * BLOCK_H`` columns, and one product
-with one epilogue serves all heads. Counted for 8192 causal tokens at 64 heads with
-``G * BLOCK_H = 256`` on an H100: 131K (4 rows, 64 keys) tiles of 2M multiply-adds (about 512
-clocks at the fp8 rate) and a 64-value epilogue per thread; L2 reads 1.1 GB of keys (about
-0.2 ms); about 0.35 ms in all if the epilogue hides under the next product, against 1.38 ms for
-:mod:`.flat`'s tile (run 271) and DeepGEMM's 0.64 ms (run 262).
+four lanes that share an accumulator row, no shared memory. Against :mod:`.flat`'s per-head
+tile, which reloads each head's q tile for every key tile and runs one product per head: q is
+read once, a key tile serves ``G * BLOCK_H`` columns, one product and one epilogue serve all
+heads, and the accumulator is a quarter of the per-head tile's (154 registers on sm90, no
+spills, against 255 and spills).
+
+Measured on sm90 (BENCHMARKS.md "The indexer with the heads along N"): with the first tile
+tried (256 columns, 8 warps) 1.3-1.6x faster than the per-head kernel (H200, run 272); the tile
+below 1.04-1.3x faster again (H100, run 275). The 8-warp tile's two warpgroups split N and so
+ran their products and epilogues in step (ncu, run 274: 28% of its stall samples wait for its
+own product); one warpgroup a program lets two or three programs share an SM, one's epilogue
+beside another's product.
 """
 
 import os
+from typing import NamedTuple
 
 import triton
 import triton.language as tl
@@ -24,19 +30,30 @@ from ..hostmath import cdiv, next_power_of_2
 from ..kernels.common import LAUNCH_OPTIONS, e4m3_rows_operand, e4m3_unit, mma
 from .rows import key_ranges, rows_by_heads
 
-ON = os.environ.get("TSM_INDEXER_HEADS_ALONG_N", "0") == "1"
-COLUMNS = 256  # G * BLOCK_H: the product's N (wgmma's largest)
-BLOCK_N = 64
-NUM_WARPS = 8
-NUM_STAGES = 3
-# A measurement knob: "COLUMNS,BLOCK_N,NUM_WARPS,NUM_STAGES" (device_run.sh indexer-heads).
-_TILE = os.environ.get("TSM_INDEXER_HEADS_TILE")
-if _TILE:
+
+class HeadsTile(NamedTuple):
+    """A program's shape: ``columns`` (row, head) pairs (``G * BLOCK_H``, the product's N) and
+    keys ``block_n`` at a time."""
+
+    columns: int
+    block_n: int
+    num_warps: int
+    num_stages: int
+
+
+# Measured on an H100 (run 275, 8 tiles, fp8 products): (128, 64, 4, 4) 1.17-1.22x faster than
+# (256, 64, 8, 3) at 64 heads and 1.04-1.31x at 32; 3 stages within 4%; a 128-register cap on
+# the 8-warp tile (two programs an SM) and 128 keys a tile did not help. Shared memory: 41 KB
+# (fp8 products), 72 KB (sm80/86's fp16 products), within every target's 99 KB.
+TILE = HeadsTile(columns=128, block_n=64, num_warps=4, num_stages=4)
+# A measurement knob: TSM_INDEXER_HEADS_TILE="COLUMNS,BLOCK_N,NUM_WARPS,NUM_STAGES"
+# (benchmarks/device_run.sh indexer-heads-tiles).
+if os.environ.get("TSM_INDEXER_HEADS_TILE"):
     try:
-        COLUMNS, BLOCK_N, NUM_WARPS, NUM_STAGES = (int(x) for x in _TILE.split(","))
-    except ValueError:
+        TILE = HeadsTile(*(int(x) for x in os.environ["TSM_INDEXER_HEADS_TILE"].split(",")))
+    except (TypeError, ValueError):
         raise ValueError("TSM_INDEXER_HEADS_TILE: expected 'COLUMNS,BLOCK_N,NUM_WARPS,NUM_STAGES' "
-                         f"(four integers), got {_TILE!r}") from None
+                         f"(four integers), got {os.environ['TSM_INDEXER_HEADS_TILE']!r}") from None
 
 
 @triton.jit(do_not_specialize=["n_rows", "n_keys", "width", "stride_om", "starts_ptr", "ends_ptr"])
@@ -75,7 +92,7 @@ def mqa_logits_heads_kernel(
 def rows_per_program(n_heads: int) -> tuple[int, int]:
     """``(G, BLOCK_H)``: query rows per program and the head tile (a power of two >= 16)."""
     block_h = max(16, next_power_of_2(n_heads))
-    return max(1, COLUMNS // block_h), block_h
+    return max(1, TILE.columns // block_h), block_h
 
 
 def launch(q8, k8, k_scale, weights, row_starts, row_ends, out, *, sm_count, fp8_cvt, interpret,
@@ -84,14 +101,14 @@ def launch(q8, k8, k_scale, weights, row_starts, row_ends, out, *, sm_count, fp8
     n_rows, n_heads, d = q8.shape
     g, block_h = rows_per_program(n_heads)
     row_blocks = cdiv(n_rows, g)
-    key_programs = max(1, min(cdiv(out.shape[1], BLOCK_N), cdiv(2 * sm_count, row_blocks)))
+    key_programs = max(1, min(cdiv(out.shape[1], TILE.block_n), cdiv(2 * sm_count, row_blocks)))
     mqa_logits_heads_kernel[(row_blocks, key_programs)](
         q8, k8, k_scale, weights, row_starts, row_ends, out,
         n_rows, k8.shape[0], out.shape[1],
         q8.stride(0), q8.stride(1), k8.stride(0), weights.stride(0), weights.stride(1),
         out.stride(0),
-        H=n_heads, BLOCK_H=block_h, G=g, D=d, BLOCK_N=BLOCK_N, FP8_CVT=fp8_cvt,
-        INTERPRET=interpret, FP8_DOT=fp8_products, num_warps=NUM_WARPS, num_stages=NUM_STAGES,
-        **LAUNCH_OPTIONS,
+        H=n_heads, BLOCK_H=block_h, G=g, D=d, BLOCK_N=TILE.block_n, FP8_CVT=fp8_cvt,
+        INTERPRET=interpret, FP8_DOT=fp8_products, num_warps=TILE.num_warps,
+        num_stages=TILE.num_stages, **LAUNCH_OPTIONS,
     )
     return out

@@ -3,25 +3,44 @@
 
 A request has ``NEXT_N`` query rows (its new token and its speculative drafts), each seeing the
 request's first ``limit`` cache positions. A program holds ``G`` of those rows with all their
-heads as one ``[G * BLOCK_H, D]`` fp16 tile, read as words and converted once (exactly, as
-:mod:`.flat` does), and takes every ``n_programs``-th cache block of the request: it reads the block's
-``block_size x D`` fp8 values and fp32 scales (:mod:`.cache_layout`) once, runs one
-``[G * BLOCK_H, D] x [D, block_size]`` product, and sums ``weights * relu(.)`` over each row's
-heads. ``G * BLOCK_H <= 128`` (vLLM's decode: 1 or 2 rows of 64 or 32 heads, one group). The
-grid depends on the batch size, ``NEXT_N``, the head count and the SM count only, so CUDA
-graphs stay valid; positions at or past a row's limit are not written.
+heads as one ``[G * BLOCK_H, D]`` tile, loaded once (as :mod:`.flat` loads q), and takes every
+``n_programs``-th cache block of the request: it reads the block's ``block_size x D`` fp8 values
+and fp32 scales (:mod:`.cache_layout`) once, runs one ``[block_size, D] x [D, G * BLOCK_H]``
+product (positions along M, (row, head) pairs along N, as :mod:`.flat_heads`), and sums
+``weights * relu(.)`` over each row's heads along N, inside a warp. ``G * BLOCK_H <= 128``
+(vLLM's decode: 1 or 2 rows of 64 or 32 heads, one group). The grid depends on the batch size,
+``NEXT_N``, the head count and the SM count only, so CUDA graphs stay valid; positions at or
+past a row's limit are not written.
+
+Heads along N against the heads along M of the kernel before (H200, run 272): 1.2-2.3x faster;
+the block's 64 positions fill ``wgmma``'s M even for one row of 32 heads. Counted on sm89 (two
+rows, 8 warps, Triton 3.8): 992 -> 696 instructions, 21 -> 13 barriers.
 """
+
+import os
 
 import triton
 import triton.language as tl
 
 from ..hostmath import cdiv, next_power_of_2
 from ..kernels.common import LAUNCH_OPTIONS, e4m3_rows_operand, e4m3_unit, mma
-from . import flat_heads
 from .flat import fp8_dot
 from .rows import rows_by_heads
 
-MAX_TILE_ROWS = 128  # G * BLOCK_H: the query tile's rows (q and the accumulator in registers)
+MAX_TILE_ROWS = 128  # G * BLOCK_H: the query tile's columns (q and the accumulator in registers)
+# Programs a launch aims at per SM. Measured on an H100 (run 275), against 2: 4 was 1.2-1.4x
+# faster at 32 x 8K and 128 x 32K (2 left a second wave of 24 programs at 32 x 8K with two
+# rows: 288 programs, 264 resident), 8 and 16 no better over all. A measurement knob:
+# TSM_INDEXER_PAGED_PER_SM.
+try:
+    PROGRAMS_PER_SM = int(os.environ.get("TSM_INDEXER_PAGED_PER_SM", "4"))
+except ValueError:
+    raise ValueError("TSM_INDEXER_PAGED_PER_SM: expected an integer, got "
+                     f"{os.environ['TSM_INDEXER_PAGED_PER_SM']!r}") from None
+# One warpgroup a program: the two-row 64-head tile (128 columns) took 22.1 us with 4 warps
+# against 27.4 with 8 at 32 x 8K (H100, run 276), whose two warpgroups split N and ran in
+# step (as flat_heads' 8-warp tile); every other row within 3%.
+NUM_WARPS = 4
 
 
 # Not specialized, so that indexer.warmup's call compiles what serving runs: the sizes and the
@@ -34,13 +53,14 @@ def paged_mqa_logits_kernel(
     stride_wh, stride_om,
     NEXT_N: tl.constexpr, G: tl.constexpr, H: tl.constexpr, BLOCK_H: tl.constexpr,
     D: tl.constexpr, BLOCK_SIZE: tl.constexpr, FP8_CVT: tl.constexpr, INTERPRET: tl.constexpr,
-    FP8_DOT: tl.constexpr = False, HEADS_ALONG_N: tl.constexpr = False,
+    FP8_DOT: tl.constexpr = False,
 ):
     i_b = tl.program_id(0)
     i_g = tl.program_id(1)
     i_s = tl.program_id(2)
     n_programs = tl.num_programs(2)
-    # the query tile: row r holds head r % BLOCK_H of the request's row i_g * G + r // BLOCK_H
+    # the query tile: its row c (the product's column c) holds head c % BLOCK_H of the request's
+    # row i_g * G + c // BLOCK_H
     o_j, o_h, m_r = rows_by_heads(i_g * G, NEXT_N, G, BLOCK_H, H)
     p_q = q_ptr + i_b.to(tl.int64) * stride_qb + o_j * stride_qn + o_h * stride_qh
     # [G * BLOCK_H, D], without the decoders' unit (folded into the keys' scales, with k's)
@@ -52,8 +72,7 @@ def paged_mqa_logits_kernel(
     m_gj = o_gj < NEXT_N
     b_limit = tl.minimum(tl.load(limits_ptr + i_b * NEXT_N + o_gj, mask=m_gj, other=0), width)
     n_used = tl.minimum(tl.cdiv(tl.max(b_limit, axis=0), BLOCK_SIZE), n_blocks_max)
-    p_out = out_ptr + (i_b.to(tl.int64) * NEXT_N + o_gj)[:, None] * stride_om  # [G, 1]
-    p_out_t = out_ptr + (i_b.to(tl.int64) * NEXT_N + o_gj)[None, :] * stride_om  # [1, G]
+    p_out = out_ptr + (i_b.to(tl.int64) * NEXT_N + o_gj)[None, :] * stride_om  # [1, G]
     o_t = tl.arange(0, BLOCK_SIZE)
     for i_blk in range(i_s, n_used, n_programs):
         blk = tl.load(table_ptr + i_b.to(tl.int64) * stride_tb + i_blk).to(tl.int64)
@@ -63,21 +82,16 @@ def paged_mqa_logits_kernel(
         p_scale = (p_blk + BLOCK_SIZE * D).to(tl.pointer_type(tl.float32), bitcast=True)
         b_scale = e4m3_unit(e4m3_unit(tl.load(p_scale + o_t), FP8_CVT), FP8_CVT)  # [BLOCK_SIZE]
         o_p = i_blk * BLOCK_SIZE + o_t
-        if HEADS_ALONG_N:  # EXPERIMENT (indexer/flat_heads.py): positions along M, heads along N
-            b_st = tl.maximum(mma(b_k, tl.trans(b_q), INTERPRET), 0.0) * b_w[None, :]
-            b_lt = tl.sum(tl.reshape(b_st, [BLOCK_SIZE, G, BLOCK_H]), axis=2) * b_scale[:, None]
-            tl.store(p_out_t + o_p[:, None], b_lt, mask=o_p[:, None] < b_limit[None, :])
-        else:
-            b_s = tl.maximum(mma(b_q, tl.trans(b_k), INTERPRET), 0.0) * b_w[:, None]
-            b_l = tl.sum(tl.reshape(b_s, [G, BLOCK_H, BLOCK_SIZE]), axis=1) * b_scale[None, :]
-            tl.store(p_out + o_p[None, :], b_l, mask=o_p[None, :] < b_limit[:, None])
+        b_s = tl.maximum(mma(b_k, tl.trans(b_q), INTERPRET), 0.0) * b_w[None, :]
+        b_l = tl.sum(tl.reshape(b_s, [BLOCK_SIZE, G, BLOCK_H]), axis=2) * b_scale[:, None]
+        tl.store(p_out + o_p[:, None], b_l, mask=o_p[:, None] < b_limit[None, :])
 
 
 def tile(next_n: int, n_heads: int) -> tuple[int, int, int]:
     """``(G, BLOCK_H, num_warps)``: rows per program, the head tile, warps."""
     block_h = max(16, next_power_of_2(n_heads))
     g = max(1, min(next_power_of_2(next_n), MAX_TILE_ROWS // block_h))
-    return g, block_h, 8 if g * block_h >= 128 else 4
+    return g, block_h, NUM_WARPS
 
 
 def launch_paged_mqa_logits(q8, kv_cache, weights, limits, block_tables, out, *, sm_count,
@@ -86,7 +100,7 @@ def launch_paged_mqa_logits(q8, kv_cache, weights, limits, block_tables, out, *,
     ``kv_cache`` uint8 ``[num_blocks, block_size, 1, D + 4]``, ``weights [B * NEXT_N, H]`` fp32,
     ``limits [B * NEXT_N]`` int32, ``block_tables [B, max_blocks]`` int32, into
     ``out [B * NEXT_N, W]`` fp32. Each request's blocks are spread over enough programs to give
-    each SM about two."""
+    each SM about :data:`PROGRAMS_PER_SM`."""
     batch, next_n, n_heads, d = q8.shape
     block_size = kv_cache.shape[1]
     n_blocks_max = min(block_tables.shape[1], cdiv(out.shape[1], block_size))
@@ -94,14 +108,14 @@ def launch_paged_mqa_logits(q8, kv_cache, weights, limits, block_tables, out, *,
         return out
     g, block_h, num_warps = tile(next_n, n_heads)
     groups = cdiv(next_n, g)
-    programs = max(1, min(n_blocks_max, cdiv(2 * sm_count, batch * groups)))
+    programs = max(1, min(n_blocks_max, cdiv(PROGRAMS_PER_SM * sm_count, batch * groups)))
     paged_mqa_logits_kernel[(batch, groups, programs)](
         q8, kv_cache, weights, limits, block_tables, out,
         n_blocks_max, out.shape[1], kv_cache.stride(0), block_tables.stride(0), q8.stride(0),
         q8.stride(1), q8.stride(2), weights.stride(0), weights.stride(1), out.stride(0),
         NEXT_N=next_n, G=g, H=n_heads, BLOCK_H=block_h, D=d, BLOCK_SIZE=block_size,
         FP8_CVT=fp8_cvt, INTERPRET=interpret, FP8_DOT=fp8_dot(fp8_cvt, interpret),
-        HEADS_ALONG_N=flat_heads.ON, num_warps=num_warps,
+        num_warps=num_warps,
         **LAUNCH_OPTIONS,
     )
     return out

@@ -36,7 +36,7 @@ def test_all_configs_compile_and_fit(tmp_path):
              for family in configs.CONFIGS for phase, kind, tile in configs.all_tiles(family)}
     assert len(tiles) == sum(len(configs.all_tiles(f)) for f in configs.CONFIGS)  # (keys unique)
     for r in records:
-        if r["config"] in ("combine", "workspace", "indexer", "scatter", "fp8 rows") or r["family"] == "sm80":
+        if r["config"] in ("combine", "workspace", "indexer", "fp8 rows") or r["family"] == "sm80":
             continue
         tile = tiles[r["family"], r["config"]]  # (its Triton kernel: the tile without Gluon)
         tile = tile.without_gluon() if tile.gluon and r["variant"].startswith("fwd") else tile

@@ -183,17 +183,6 @@ def _indexer_variants(cap: int):
                warps, 1)
 
 
-def _scatter_variant():
-    """The paged cache writer the vLLM plugin uses below SM89 (kernels/scatter.py)."""
-    from .kernels.scatter import scatter_rows_kernel
-
-    names = _jit_fn(scatter_rows_kernel).arg_names
-    types = {n: "i32" for n in names}
-    types.update(src_ptr="*u8", dst_ptr="*u8", slot_ptr="*i64")
-    return ("scatter_rows W=656", scatter_rows_kernel, types, dict(WIDTH=656, BLOCK_W=1024),
-            {"src_ptr", "dst_ptr", "slot_ptr"}, 4, 1)
-
-
 def _fp8_rows_variants():
     """The fp8 row builders the vLLM plugin uses below SM89 (kernels/fp8_rows.py), as its
     replacements call them (bf16 inputs, 128-value indexer rows, NeoX and interleaved rope)."""
@@ -202,21 +191,21 @@ def _fp8_rows_variants():
     names = _jit_fn(fp8_rows.indexer_rows_kernel).arg_names
     types = {n: "i32" for n in names}
     types.update(x_ptr="*bf16", ln_w_ptr="*fp32", ln_b_ptr="*fp32", cos_sin_ptr="*fp32", pos_ptr="*i64",
-                 out_ptr="*u8", scale_ptr="*fp32", w_ptr="*bf16", w_out_ptr="*fp32", eps="fp32",
+                 out_ptr="*u8", slot_ptr="*i64", w_ptr="*bf16", w_out_ptr="*fp32", eps="fp32",
                  w_factor_a="fp32", w_factor_b="fp32")
     for interleave in (False, True):
         for keys in (True, False):
             constexprs = dict(D=128, HALF=32, INTERLEAVE=interleave, LN=keys, WEIGHTS=not keys)
-            unused = ("w_ptr", "w_out_ptr") if keys else ("ln_w_ptr", "ln_b_ptr", "scale_ptr")
+            unused = ("w_ptr", "w_out_ptr") if keys else ("ln_w_ptr", "ln_b_ptr", "slot_ptr")
             constexprs.update(dict.fromkeys(unused))
             yield (f"indexer_rows {'keys' if keys else 'queries'} interleave={int(interleave)}",
                    fp8_rows.indexer_rows_kernel, types, constexprs, set(), 1, 1)
     names = _jit_fn(fp8_rows.ds_mla_rows_kernel).arg_names
     types = {n: "i32" for n in names}
-    types.update(kv_ptr="*bf16", w_ptr="*bf16", kpe_ptr="*bf16", out_ptr="*u8", eps="fp32")
+    types.update(kv_ptr="*bf16", w_ptr="*bf16", kpe_ptr="*bf16", out_ptr="*u8", slot_ptr="*i64",
+                 eps="fp32")
     yield ("ds_mla_rows", fp8_rows.ds_mla_rows_kernel, types,
-           dict(LAT=fp8_rows.LAT, TILE=fp8_rows.TILE, D_PE=fp8_rows.D_PE, ROW_BYTES=fp8_rows.ROW_BYTES),
-           set(), 4, 1)
+           dict(LAT=fp8_rows.LAT, TILE=fp8_rows.TILE, D_PE=fp8_rows.D_PE), set(), 4, 1)
     names = _jit_fn(fp8_rows.interleaved_rope_kernel).arg_names
     types = {n: "i32" for n in names}
     types.update(x_ptr="*bf16", cos_sin_ptr="*fp32", pos_ptr="*i64", out_ptr="*bf16")
@@ -244,7 +233,6 @@ def check_all(families=None) -> list[dict]:
             jobs.append(("combine", _combine_variant()))
             jobs.extend(("workspace", v) for v in _workspace_variants(cap))
             jobs.extend(("indexer", v) for v in _indexer_variants(cap))
-            jobs.append(("scatter", _scatter_variant()))
             jobs.extend(("fp8 rows", v) for v in _fp8_rows_variants())
             for key, (label, kernel, types, constexprs, divisible, warps, stages) in jobs:
                 rec = dict(family=family, target=f"sm{cap}", config=key, variant=label,

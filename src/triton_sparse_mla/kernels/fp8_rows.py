@@ -4,7 +4,8 @@ Below SM89 vLLM's fused kernels that normalize, rope and quantize these rows (``
 for the caches, ``fused_q`` for the queries) do not compile, and vllm_plugin/sm8x_model_kernels.py
 replaces them. These kernels do that work, one program per row, in fp32 by vLLM's formulas, with
 power-of-two scales and the bytes encoded by integer operations (kernels/e4m3_encode.py); cached
-rows are then placed by kernels/scatter.py:
+rows go straight to their token's slot of the paged cache (``slot = block * block_size +
+position``; a negative slot, a padding token, is not written), one launch a cache:
 
 * indexer keys: LayerNorm, rope of the first ``2 HALF`` values (NeoX or interleaved pairs), one
   scale per row, ``2^ceil(log2(max(amax, 1e-4) / 448))``; indexer queries likewise without
@@ -39,15 +40,25 @@ def pow2_ceil(v):
 
 
 @triton.jit
-def indexer_rows_kernel(x_ptr, ln_w_ptr, ln_b_ptr, cos_sin_ptr, pos_ptr, out_ptr, scale_ptr, w_ptr,
-                        w_out_ptr, eps, w_factor_a, w_factor_b, n_heads, stride_xt, stride_xh,
-                        stride_cs, stride_wt, D: tl.constexpr, HALF: tl.constexpr,
-                        INTERLEAVE: tl.constexpr, LN: tl.constexpr, WEIGHTS: tl.constexpr):
+def slot_place(slot_ptr, i_t, block_size, block_stride):
+    """``(block's byte offset, position in the block, written)`` of token ``i_t``'s slot."""
+    slot = tl.load(slot_ptr + i_t).to(tl.int64)
+    kept = tl.maximum(slot, 0)
+    return (kept // block_size) * block_stride, kept % block_size, slot >= 0
+
+
+@triton.jit
+def indexer_rows_kernel(x_ptr, ln_w_ptr, ln_b_ptr, cos_sin_ptr, pos_ptr, out_ptr, slot_ptr, w_ptr,
+                        w_out_ptr, eps, w_factor_a, w_factor_b, n_heads, block_size, block_stride,
+                        stride_xt, stride_xh, stride_cs, stride_wt, D: tl.constexpr,
+                        HALF: tl.constexpr, INTERLEAVE: tl.constexpr, LN: tl.constexpr,
+                        WEIGHTS: tl.constexpr):
     """Row ``(token, head)`` (program ids 0 and 1) of ``x``: with LN its LayerNorm, then the
-    rope of its first 2 HALF values, quantized with one power-of-two scale; the bytes to row
-    ``token * n_heads + head`` of ``out``, the scale likewise to ``scale_ptr`` (where given);
-    with WEIGHTS the head's weight times the scale and the two factors, in vLLM's order, to
-    ``w_out``."""
+    rope of its first 2 HALF values, quantized with one power-of-two scale. With ``slot_ptr``
+    (keys) the bytes and the scale go to the token's slot of the indexer K cache ``out``
+    (indexer/cache_layout.py: a block's values, then its scales); without, the bytes to row
+    ``token * n_heads + head`` of ``out``. With WEIGHTS the head's weight times the scale and
+    the two factors, in vLLM's order, to ``w_out``."""
     i_t = tl.program_id(0).to(tl.int64)
     i_h = tl.program_id(1)
     i_r = i_t * n_heads + i_h
@@ -79,9 +90,14 @@ def indexer_rows_kernel(x_ptr, ln_w_ptr, ln_b_ptr, cos_sin_ptr, pos_ptr, out_ptr
     sin = tl.load(p_cs + HALF + i_cs, mask=in_rope, other=0.0).to(tl.float32)
     y = tl.where(in_rope, y * cos + sign * y_partner * sin, y)
     scale = pow2_ceil(tl.div_rn(tl.maximum(tl.max(tl.abs(y), axis=0), INDEXER_MIN_AMAX), E4M3_MAX))
-    tl.store(out_ptr + i_r * D + o, f32_to_e4m3_bits(tl.div_rn(y, scale)).to(tl.uint8))
-    if scale_ptr is not None:
-        tl.store(scale_ptr + i_r, scale)
+    codes = f32_to_e4m3_bits(tl.div_rn(y, scale)).to(tl.uint8)
+    if slot_ptr is not None:
+        base, at, written = slot_place(slot_ptr, i_t, block_size, block_stride)
+        tl.store(out_ptr + base + at * D + o, codes, mask=written)
+        p_scale = out_ptr + base + block_size * D + 4 * at
+        tl.store(p_scale.to(tl.pointer_type(tl.float32), bitcast=True), scale, mask=written)
+    else:
+        tl.store(out_ptr + i_r * D + o, codes)
     if WEIGHTS:
         w = tl.load(w_ptr + i_t * stride_wt + i_h).to(tl.float32)
         w = w * scale
@@ -110,43 +126,57 @@ def interleaved_rope_kernel(x_ptr, cos_sin_ptr, pos_ptr, out_ptr, stride_xt, str
 
 
 @triton.jit
-def ds_mla_rows_kernel(kv_ptr, w_ptr, kpe_ptr, out_ptr, eps, stride_kv, stride_kpe,
-                       LAT: tl.constexpr, TILE: tl.constexpr, D_PE: tl.constexpr,
-                       ROW_BYTES: tl.constexpr):
+def ds_mla_rows_kernel(kv_ptr, w_ptr, kpe_ptr, out_ptr, slot_ptr, eps, block_size, block_stride,
+                       row_stride, stride_kv, stride_kpe, LAT: tl.constexpr, TILE: tl.constexpr,
+                       D_PE: tl.constexpr):
     """Row ``token`` (program id 0) of ``kv``: its RMS norm (weights ``w``) quantized with one
     power-of-two scale per TILE values, the scales, then row ``token`` of ``kpe`` as bf16: one
-    fp8_ds_mla row of ROW_BYTES to ``out``."""
+    fp8_ds_mla row, to the token's slot of the cache ``out`` (rows ``row_stride`` bytes apart
+    in a block)."""
     i_t = tl.program_id(0).to(tl.int64)
+    base, at, written = slot_place(slot_ptr, i_t, block_size, block_stride)
     o = tl.arange(0, LAT)
     x = tl.load(kv_ptr + i_t * stride_kv + o).to(tl.float32)
     rrms = tl.rsqrt(tl.sum(x * x, axis=0) / LAT + eps)
     y = tl.reshape(x * rrms * tl.load(w_ptr + o).to(tl.float32), [LAT // TILE, TILE])
     scale = pow2_ceil(tl.maximum(tl.max(tl.abs(y), axis=1) * (1.0 / E4M3_MAX), DS_MLA_MIN_SCALE))
-    p_out = out_ptr + i_t * ROW_BYTES
+    p_out = out_ptr + base + at * row_stride
     codes = f32_to_e4m3_bits(tl.div_rn(y, scale[:, None])).to(tl.uint8)
-    tl.store(p_out + tl.reshape(tl.arange(0, LAT), [LAT // TILE, TILE]), codes)
+    tl.store(p_out + tl.reshape(tl.arange(0, LAT), [LAT // TILE, TILE]), codes, mask=written)
     tl.store((p_out + LAT).to(tl.pointer_type(tl.float32), bitcast=True)
-             + tl.arange(0, LAT // TILE), scale)
+             + tl.arange(0, LAT // TILE), scale, mask=written)
     o_pe = tl.arange(0, D_PE)
     rope = tl.load(kpe_ptr + i_t * stride_kpe + o_pe).to(tl.bfloat16)
-    tl.store((p_out + LAT + 4 * (LAT // TILE)).to(tl.pointer_type(tl.bfloat16), bitcast=True) + o_pe, rope)
+    tl.store((p_out + LAT + 4 * (LAT // TILE)).to(tl.pointer_type(tl.bfloat16), bitcast=True) + o_pe,
+             rope, mask=written)
 
 
-def indexer_key_rows(index_k: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float,
-                     cos_sin_cache: torch.Tensor, positions: torch.Tensor, interleave: bool):
-    """``(values uint8 [T, D], scales fp32 [T])``: the indexer keys ``index_k [T, D]`` (unit
-    stride in D) after LayerNorm (``weight``, ``bias`` [D]) and rope (``cos_sin_cache
-    [max_pos, 2 HALF]`` at ``positions [T]``), quantized with one power-of-two scale per row."""
+def _check_slots(slots: torch.Tensor, t: int) -> None:
+    if slots.dim() != 1 or slots.shape[0] != t or slots.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"slots: expected int32/int64 [{t}] (one per token), got {slots.dtype} "
+                         f"{list(slots.shape)}")
+
+
+def write_indexer_key_rows(index_k: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+                           eps: float, cos_sin_cache: torch.Tensor, positions: torch.Tensor,
+                           interleave: bool, cache: torch.Tensor, slots: torch.Tensor) -> None:
+    """Write the indexer keys ``index_k [T, D]`` (unit stride in D) after LayerNorm (``weight``,
+    ``bias`` [D]) and rope (``cos_sin_cache [max_pos, 2 HALF]`` at ``positions [T]``), quantized
+    with one power-of-two scale per row, to vLLM's indexer K cache ``cache [blocks,
+    block_size, ..., D + 4]`` (any dtype of those bytes; indexer/cache_layout.py) at ``slots
+    [T]`` (negative: not written)."""
     t, d = index_k.shape
-    values = torch.empty(t, d, dtype=torch.uint8, device=index_k.device)
-    scales = torch.empty(t, dtype=torch.float32, device=index_k.device)
+    _check_slots(slots, t)
+    u8 = cache.view(torch.uint8)
+    if u8.shape[-1] != d + 4 or u8[0].numel() != u8.shape[1] * (d + 4) or not u8[0].is_contiguous():
+        raise ValueError(f"cache: expected [blocks, block_size, ..., {d + 4}] with its blocks' bytes "
+                         f"contiguous (D = {d}), got {list(u8.shape)} strides {u8.stride()}")
     if t:
         indexer_rows_kernel[(t, 1)](
-            index_k, weight, bias, cos_sin_cache, positions, values, scales, None, None, float(eps),
-            1.0, 1.0, 1, index_k.stride(0), 0, cos_sin_cache.stride(0), 0, D=d,
-            HALF=cos_sin_cache.shape[-1] // 2, INTERLEAVE=bool(interleave), LN=True, WEIGHTS=False,
-            num_warps=1, **LAUNCH_OPTIONS)
-    return values, scales
+            index_k, weight, bias, cos_sin_cache, positions, u8, slots, None, None, float(eps),
+            1.0, 1.0, 1, u8.shape[1], u8.stride(0), index_k.stride(0), 0, cos_sin_cache.stride(0),
+            0, D=d, HALF=cos_sin_cache.shape[-1] // 2, INTERLEAVE=bool(interleave), LN=True,
+            WEIGHTS=False, num_warps=1, **LAUNCH_OPTIONS)
 
 
 def indexer_query_rows(index_q: torch.Tensor, cos_sin_cache: torch.Tensor, positions: torch.Tensor,
@@ -160,7 +190,7 @@ def indexer_query_rows(index_q: torch.Tensor, cos_sin_cache: torch.Tensor, posit
     if t and h:
         indexer_rows_kernel[(t, h)](
             index_q, None, None, cos_sin_cache, positions, values, None, weights, w_out, 0.0,
-            float(factor_a), float(factor_b), h, index_q.stride(0), index_q.stride(1),
+            float(factor_a), float(factor_b), h, 0, 0, index_q.stride(0), index_q.stride(1),
             cos_sin_cache.stride(0), weights.stride(0), D=d, HALF=cos_sin_cache.shape[-1] // 2,
             INTERLEAVE=bool(interleave), LN=False, WEIGHTS=True, num_warps=1, **LAUNCH_OPTIONS)
     return values, w_out
@@ -178,14 +208,20 @@ def interleaved_rope(x: torch.Tensor, cos_sin_cache: torch.Tensor, positions: to
     return out
 
 
-def ds_mla_rows(kv_c: torch.Tensor, weight: torch.Tensor, eps: float, k_pe: torch.Tensor):
-    """``uint8 [T, 656]`` fp8_ds_mla rows: the latent ``kv_c [T, 512]`` after RMS norm
-    (``weight`` [512]) in fp8 with its four tile scales, then ``k_pe [T, 64]`` (roped; stored as
-    bf16). Both inputs with unit stride in their last dimension."""
+def write_ds_mla_rows(kv_c: torch.Tensor, weight: torch.Tensor, eps: float, k_pe: torch.Tensor,
+                      cache: torch.Tensor, slots: torch.Tensor) -> None:
+    """Write fp8_ds_mla rows (656 bytes: the latent ``kv_c [T, 512]`` after RMS norm (``weight``
+    [512]) in fp8 with its four tile scales, then ``k_pe [T, 64]``, roped, as bf16) to the MLA
+    cache ``cache [blocks, block_size, 656]`` (any dtype of those bytes; rows may be padded) at
+    ``slots [T]`` (negative: not written). Both inputs with unit stride in their last
+    dimension."""
     t = kv_c.shape[0]
-    rows = torch.empty(t, ROW_BYTES, dtype=torch.uint8, device=kv_c.device)
+    _check_slots(slots, t)
+    u8 = cache.view(torch.uint8)
+    if u8.dim() != 3 or u8.shape[-1] != ROW_BYTES or u8.stride(-1) != 1:
+        raise ValueError(f"cache: expected [blocks, block_size, {ROW_BYTES}] bytes with unit stride "
+                         f"in the last, got {list(u8.shape)} strides {u8.stride()}")
     if t:
-        ds_mla_rows_kernel[(t,)](kv_c, weight, k_pe, rows, float(eps), kv_c.stride(0), k_pe.stride(0),
-                                 LAT=LAT, TILE=TILE, D_PE=D_PE, ROW_BYTES=ROW_BYTES, num_warps=4,
-                                 **LAUNCH_OPTIONS)
-    return rows
+        ds_mla_rows_kernel[(t,)](kv_c, weight, k_pe, u8, slots, float(eps), u8.shape[1], u8.stride(0),
+                                 u8.stride(1), kv_c.stride(0), k_pe.stride(0), LAT=LAT, TILE=TILE,
+                                 D_PE=D_PE, num_warps=4, **LAUNCH_OPTIONS)

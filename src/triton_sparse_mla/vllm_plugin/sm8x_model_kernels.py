@@ -17,9 +17,9 @@ kernel the call uses; the fp8 one fails to compile there):
   are computed again in fp32, with vLLM's formulas, and quantized from fp32 as the fused kernel
   does (not from the bf16 outputs, whose second rounding moved about one value in thirty by a
   whole fp8 step), with vLLM's scales (a power of two per indexer row; per 128-value tile for
-  fp8_ds_mla), by one kernel per cache that encodes e4m3 with integer operations
-  (:mod:`triton_sparse_mla.kernels.fp8_rows`), then scattered to their slots by
-  :func:`triton_sparse_mla.kernels.scatter.scatter_rows`: five launches beside vLLM's one.
+  fp8_ds_mla), by one kernel per cache that encodes e4m3 with integer operations and writes
+  the rows to their slots (:mod:`triton_sparse_mla.kernels.fp8_rows`): two launches beside
+  vLLM's one.
 * ``fused_q``: by two kernels of the same module: the interleaved rope of the MLA query's rope
   part (bf16 queries only: fp8 MLA queries are refused, and this backend never asks for them),
   and the indexer query's rope (NeoX or interleaved), its fp8 quantization with a power-of-two
@@ -40,9 +40,8 @@ import logging
 
 import torch
 
-from triton_sparse_mla.kernels.fp8_rows import (ds_mla_rows, indexer_key_rows, indexer_query_rows,
-                                                interleaved_rope)
-from triton_sparse_mla.kernels.scatter import scatter_rows
+from triton_sparse_mla.kernels.fp8_rows import (indexer_query_rows, interleaved_rope,
+                                                write_ds_mla_rows, write_indexer_key_rows)
 
 logger = logging.getLogger("vllm.plugins.triton_sparse_mla")
 
@@ -88,30 +87,6 @@ def install(capability: tuple[int, int], setting: str) -> bool:
     return True
 
 
-# --- the cache writers -------------------------------------------------------------------
-
-
-def write_indexer_k(values: torch.Tensor, scales: torch.Tensor, cache: torch.Tensor,
-                    slots: torch.Tensor) -> None:
-    """Write quantized indexer keys (``values`` uint8 ``[T, D]``, ``scales`` fp32 ``[T]``) to
-    vLLM's indexer K cache ``[blocks, block_size, D + 4]`` uint8 at ``slots``, in the layout of
-    :mod:`triton_sparse_mla.indexer.cache_layout` (a block's values, then its fp32 scales)."""
-    u8 = cache.view(torch.uint8)
-    block_size, d = u8.shape[1], values.shape[-1]
-    geometry = dict(block_size=block_size, block_stride=u8.stride(0))
-    scatter_rows(values, u8, slots, row_stride=d, **geometry)
-    scatter_rows(scales.view(torch.uint8).reshape(-1, 4), u8, slots, row_stride=4,
-                 offset=block_size * d, **geometry)
-
-
-def write_fp8_ds_mla(rows: torch.Tensor, cache: torch.Tensor, slots: torch.Tensor) -> None:
-    """Write fp8_ds_mla ``rows`` (uint8 ``[T, 656]``) to the MLA cache ``[blocks, block_size,
-    656]`` at ``slots``."""
-    u8 = cache.view(torch.uint8)
-    scatter_rows(rows, u8, slots, block_size=u8.shape[1], block_stride=u8.stride(0),
-                 row_stride=u8.stride(1))
-
-
 # --- the replacements ----------------------------------------------------------------------
 
 
@@ -154,14 +129,13 @@ def _fused_norm_rope(original, a):
             a["k_pe_out"] = torch.empty_like(a["k_pe"])
     q_c_out = original(**a)
     if split_k:
-        write_indexer_k(*indexer_key_rows(
+        write_indexer_key_rows(
             _last_unit(a["index_k"]), a["index_k_layer_norm_w"], a["index_k_layer_norm_bias"],
             a["index_k_layer_norm_eps"], _last_unit(a["index_k_rope_cos_sin_cache"]), a["positions"],
-            a["index_rope_interleave"]), k_cache, k_slots)
+            a["index_rope_interleave"], k_cache, k_slots)
     if split_mla:
-        rows = ds_mla_rows(_last_unit(a["kv_c"]), a["kv_rms_norm_w"], a["kv_rms_eps"],
-                           _last_unit(a["k_pe_out"]))
-        write_fp8_ds_mla(rows, mla_cache, mla_slots)
+        write_ds_mla_rows(_last_unit(a["kv_c"]), a["kv_rms_norm_w"], a["kv_rms_eps"],
+                          _last_unit(a["k_pe_out"]), mla_cache, mla_slots)
     return q_c_out
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One self-contained call on the GPU machine: install, test, sanitize, sweep, benchmark.
 # Usage (on the device, from the repo root): bash benchmarks/device_run.sh [steps...]
-# Steps: triton-a triton-b tests sanitizer sweep envab intdecode narrow stride fp8sweep splits splits-len warps fp8choice wsparts residency residency-toggle residency-warps indexer indexer-fp8dot indexer-tiles indexer-heads indexer-heads-tiles indexer-ncu ncu ppc ppncu nbprobe vllmtests mid grid gatherl2 splitn splitlat splitprobe exchange apart racecheck racecheck-producer wide latency toggle bench prefill (default: tests sanitizer sweep bench
+# Steps: triton-a triton-b tests sanitizer sweep envab intdecode narrow stride fp8sweep splits splits-len warps fp8choice wsparts residency residency-toggle residency-warps indexer indexer-fp8dot indexer-tiles indexer-heads indexer-heads-tiles indexer-env indexer-ncu ncu ppc ppncu nbprobe vllmtests mid grid gatherl2 splitn splitlat splitprobe exchange apart racecheck racecheck-producer wide latency toggle bench prefill (default: tests sanitizer sweep bench
 # prefill). toggle and residency-toggle time a boolean TileConfig field off and on, named by
 # $TOGGLE (e.g. TOGGLE=prefetch_idx), on the workloads of one row format if $TOGGLE_FMT is set
 # (e.g. TOGGLE_FMT=fp8_ds_mla) and of the head counts in $TOGGLE_HEADS (toggle only; e.g.
@@ -87,6 +87,13 @@ for s in $steps; do
       IFS=';' read -ra tiles <<< "${HEADS_TILES:-256,64,8,3;128,64,4,3}"
       for t in "${tiles[@]}"; do TSM_INDEXER_HEADS_ALONG_N=1 TSM_INDEXER_HEADS_TILE=$t timeout 120 python3 benchmarks/indexer_bench.py "$OUT/heads-tile-${t//,/-}.json" prefill 2>&1 | grep -E "^prefill |Error" | sed "s/^/[tile=$t] /"; done
       for p in ${PAGED_PER_SM:-2 4 8}; do TSM_INDEXER_HEADS_ALONG_N=1 TSM_INDEXER_PAGED_PER_SM=$p timeout 120 python3 benchmarks/indexer_bench.py "$OUT/heads-paged-$p.json" decode 2>&1 | grep -E "^decode |Error" | sed "s/^/[per_sm=$p] /"; done ;;
+    indexer-env) # the indexer bench under each environment in $INDEXER_SETS (";"-separated, each a
+      # space-separated list of VAR=value, "" for none; e.g. "TSM_INDEXER_PAGED_COLUMNS=128;
+      # TSM_INDEXER_PAGED_COLUMNS=64"), each in its own process, the rows of $INDEXER_PHASE
+      # (prefill or decode; default both)
+      IFS=';' read -ra sets <<< "${INDEXER_SETS:?set INDEXER_SETS, e.g. TSM_INDEXER_PAGED_COLUMNS=64}"
+      for v in "${sets[@]}"; do tag=$(echo "$v" | tr -c 'A-Za-z0-9=_\n-' '_' | tr -s '_')
+        env $v timeout 120 python3 benchmarks/indexer_bench.py "$OUT/indexer-env-$tag.json" ${INDEXER_PHASE:-} 2>&1 | grep -E "^(prefill|decode) |Error" | sed "s/^/[$v] /"; done ;;
     indexer-ncu) # Nsight Compute over the indexer's kernels (benchmarks/indexer_profile.py; workloads
       # from $PROFILE_WORKLOADS), with the source view's SASS
       timeout 300 ncu --clock-control none --profile-from-start off --kernel-name regex:mqa_logits --set full \

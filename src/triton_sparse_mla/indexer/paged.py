@@ -27,16 +27,24 @@ from ..kernels.common import LAUNCH_OPTIONS, e4m3_rows_operand, e4m3_unit, mma
 from .flat import fp8_dot
 from .rows import rows_by_heads
 
-MAX_TILE_ROWS = 128  # G * BLOCK_H: the query tile's columns (q and the accumulator in registers)
+
+def _knob(name: str, default: int) -> int:
+    """An integer measurement knob from the environment (``default`` when unset)."""
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        raise ValueError(f"{name}: expected an integer, got {os.environ[name]!r}") from None
+
+
+# G * BLOCK_H at most: the query tile's columns (q and the accumulator in registers). A
+# measurement knob, TSM_INDEXER_PAGED_COLUMNS (64: one row of 64 heads a program, so two
+# programs read each block of a two-row request).
+MAX_COLUMNS = _knob("TSM_INDEXER_PAGED_COLUMNS", 128)
 # Programs a launch aims at per SM. Measured on an H100 (run 275), against 2: 4 was 1.2-1.4x
 # faster at 32 x 8K and 128 x 32K (2 left a second wave of 24 programs at 32 x 8K with two
 # rows: 288 programs, 264 resident), 8 and 16 no better over all. A measurement knob:
 # TSM_INDEXER_PAGED_PER_SM.
-try:
-    PROGRAMS_PER_SM = int(os.environ.get("TSM_INDEXER_PAGED_PER_SM", "4"))
-except ValueError:
-    raise ValueError("TSM_INDEXER_PAGED_PER_SM: expected an integer, got "
-                     f"{os.environ['TSM_INDEXER_PAGED_PER_SM']!r}") from None
+PROGRAMS_PER_SM = _knob("TSM_INDEXER_PAGED_PER_SM", 4)
 # One warpgroup a program: the two-row 64-head tile (128 columns) took 22.1 us with 4 warps
 # against 27.4 with 8 at 32 x 8K (H100, run 276), whose two warpgroups split N and ran in
 # step (as flat_heads' 8-warp tile); every other row within 3%.
@@ -90,7 +98,7 @@ def paged_mqa_logits_kernel(
 def tile(next_n: int, n_heads: int) -> tuple[int, int, int]:
     """``(G, BLOCK_H, num_warps)``: rows per program, the head tile, warps."""
     block_h = max(16, next_power_of_2(n_heads))
-    g = max(1, min(next_power_of_2(next_n), MAX_TILE_ROWS // block_h))
+    g = max(1, min(next_power_of_2(next_n), MAX_COLUMNS // block_h))
     return g, block_h, NUM_WARPS
 
 

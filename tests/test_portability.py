@@ -4,12 +4,14 @@ interpreter, so it runs in a subprocess without TRITON_INTERPRET."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 
 import pytest
 
 from triton_sparse_mla import configs, portability
+from triton_sparse_mla.indexer import paged
 from triton_sparse_mla.kernels.attention import GLUON_TRITON, gluon_triton
 
 
@@ -43,6 +45,20 @@ def test_all_configs_compile_and_fit(tmp_path):
         claim = configs.programs_per_sm(r["family"], tile)
         fits = configs.fit_by_shared_memory(r["shared"], int(r["target"][2:]))
         assert claim <= fits if r["family"] != "sm86" else claim == fits, r
+    # The indexer's decode launch counts on paged.RESIDENT programs an SM: never more than the
+    # compiled kernel's registers and shared memory let one SM hold (more would start a second,
+    # partial wave).
+    paged_records = [r for r in records if r["variant"].startswith("paged_mqa_logits")]
+    assert paged_records
+    for r in paged_records:
+        next_n, heads = (int(x) for x in re.findall(r"=(\d+)", r["variant"]))
+        g, block_h, warps = paged.tile(next_n, heads)
+        cap = int(r["target"][2:])
+        claim = paged.resident_programs(cap >= 89, g * block_h)
+        if r["registers"] is not None:  # (None: no cuobjdump beside this Triton)
+            allocated = -(-r["registers"] // 8) * 8 * 32 * warps  # (8 registers a thread at a time)
+            assert claim <= 65536 // allocated, r
+        assert claim <= configs.fit_by_shared_memory(r["shared"], cap), r
     assert proc.returncode == 0
 
 

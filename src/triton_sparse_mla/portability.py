@@ -3,8 +3,8 @@
 For each architecture family in :data:`configs.CONFIGS` and each compile target of that family,
 the main kernel is compiled (both formats, final and partial outputs, with and without rope;
 on SM90 also the Gluon kernel of tiles that name it), and so are the combine kernel, the
-fp8 prefill workspace's kernels, the DSA indexer's score kernels and the paged cache
-writer; the shared memory each needs is compared with the family's
+fp8 prefill workspace's kernels, the DSA indexer's score kernels (with their registers) and
+the SM80/86 cache-row kernels; the shared memory each needs is compared with the family's
 limit.
 Pointer and stride arguments are hinted divisible by 16, as real launches specialise them, so
 the software pipeline (and its shared memory) is the one a real launch gets.
@@ -16,7 +16,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import re
+import subprocess
 import sys
+import tempfile
 
 import triton
 import triton.language as tl
@@ -50,6 +54,21 @@ def _compile(kernel, types: dict, constexprs: dict, divisible: set, cap: int, wa
     target = GPUTarget("cuda", cap, 32)
     return triton.compile(src, target=target,
                           options={"num_warps": warps, "num_stages": stages, **LAUNCH_OPTIONS})
+
+
+def registers(compiled) -> int | None:
+    """Registers a thread of ``compiled`` uses, read from its cubin with the ``cuobjdump`` that
+    ships with Triton (None where it is missing)."""
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    if not os.path.exists(tool):
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "kernel.cubin")
+        with open(path, "wb") as f:
+            f.write(compiled.asm["cubin"])
+        usage = subprocess.run([tool, "-res-usage", path], capture_output=True, text=True).stdout
+    found = re.search(r"REG:(\d+)", usage)
+    return int(found.group(1)) if found else None
 
 
 def _main_kernel_variants(tile: configs.TileConfig, cap: int, fp8: bool, family: str):
@@ -180,7 +199,7 @@ def _indexer_variants(cap: int):
         yield (f"paged_mqa_logits next_n={next_n} H={heads}", paged.paged_mqa_logits_kernel, types, k,
                {n for n in names if n.endswith("_ptr")}
                | {"stride_cb", "stride_qb", "stride_qn", "stride_qh", "stride_wr"},
-               warps, 1)
+               warps, paged.NUM_STAGES)
 
 
 def _fp8_rows_variants():
@@ -241,6 +260,8 @@ def check_all(families=None) -> list[dict]:
                     compiled = _compile(kernel, types, constexprs, divisible, cap, warps, stages)
                     rec.update(shared=compiled.metadata.shared, ok=compiled.metadata.shared <= limit,
                                error=None)
+                    if key == "indexer":  # (tests/test_portability.py checks paged.RESIDENT)
+                        rec.update(registers=registers(compiled))
                 except Exception as exc:  # a failure to compile is a result to report
                     rec.update(shared=None, ok=False, error=f"{type(exc).__name__}: {exc}"[-800:])
                 records.append(rec)

@@ -40,11 +40,22 @@ def _knob(name: str, default: int) -> int:
 # measurement knob, TSM_INDEXER_PAGED_COLUMNS (64: one row of 64 heads a program, so two
 # programs read each block of a two-row request).
 MAX_COLUMNS = _knob("TSM_INDEXER_PAGED_COLUMNS", 128)
-# Programs a launch aims at per SM. Measured on an H100 (run 275), against 2: 4 was 1.2-1.4x
-# faster at 32 x 8K and 128 x 32K (2 left a second wave of 24 programs at 32 x 8K with two
-# rows: 288 programs, 264 resident), 8 and 16 no better over all. A measurement knob:
-# TSM_INDEXER_PAGED_PER_SM.
-PROGRAMS_PER_SM = _knob("TSM_INDEXER_PAGED_PER_SM", 4)
+# Programs a launch aims at per SM: at most what one SM holds (``resident_programs``), rounded
+# down, so that a launch is one wave at most, as the attention's split rule
+# (configs.choose_splits). Before (runs 272-277) it aimed at 4 rounded up, over tiles of which
+# 3 fit an sm90 SM: run 276's slowest rows against DeepGEMM are those that made a second,
+# partial wave (32 x 8K two rows at 64 heads: 544 programs for 396 places, 22.1 us where one
+# row, one wave, took 10.1; 32 x 8K two rows at 32 heads: 544 for 528; 8 x 128K two rows at 64
+# heads: 528 for 396), and those that made one wave the fastest. Predicted, not yet measured.
+# A measurement knob, TSM_INDEXER_PAGED_PER_SM, replaces the count (0: the table).
+PROGRAMS_PER_SM = _knob("TSM_INDEXER_PAGED_PER_SM", 0)
+NUM_STAGES = 3  # (Triton's default, which runs 272-277 ran)
+# Programs of this kernel one SM holds, by product path and the tile's columns (fewer than 64
+# count as 64): the least over the path's targets, from the compiled kernels' registers
+# (fp8 products: 85-114 a thread at 64 columns, 128-168 at 128; 4 warps) and shared memory
+# (fp16 products, sm80/86: 41 and 57 KB) under Triton 3.6 and 3.8. tests/test_portability.py
+# checks each count against the compiled kernels.
+RESIDENT = {"fp8": {64: 4, 128: 3}, "fp16": {64: 2, 128: 1}}
 # One warpgroup a program: the two-row 64-head tile (128 columns) took 22.1 us with 4 warps
 # against 27.4 with 8 at 32 x 8K (H100, run 276), whose two warpgroups split N and ran in
 # step (as flat_heads' 8-warp tile); every other row within 3%.
@@ -102,13 +113,18 @@ def tile(next_n: int, n_heads: int) -> tuple[int, int, int]:
     return g, block_h, NUM_WARPS
 
 
+def resident_programs(fp8_products: bool, columns: int) -> int:
+    """Programs of a tile of ``columns`` (``G * BLOCK_H``) one SM holds (:data:`RESIDENT`)."""
+    return RESIDENT["fp8" if fp8_products else "fp16"][min(max(columns, 64), 128)]
+
+
 def launch_paged_mqa_logits(q8, kv_cache, weights, limits, block_tables, out, *, sm_count,
                             fp8_cvt, interpret):
     """Run :func:`paged_mqa_logits_kernel`: ``q8 [B, NEXT_N, H, D]`` float8_e4m3fn bytes (uint8),
     ``kv_cache`` uint8 ``[num_blocks, block_size, 1, D + 4]``, ``weights [B * NEXT_N, H]`` fp32,
     ``limits [B * NEXT_N]`` int32, ``block_tables [B, max_blocks]`` int32, into
-    ``out [B * NEXT_N, W]`` fp32. Each request's blocks are spread over enough programs to give
-    each SM about :data:`PROGRAMS_PER_SM`."""
+    ``out [B * NEXT_N, W]`` fp32. Each request's blocks are spread over as many programs as
+    fill the SMs once (:func:`resident_programs`), not more."""
     batch, next_n, n_heads, d = q8.shape
     block_size = kv_cache.shape[1]
     n_blocks_max = min(block_tables.shape[1], cdiv(out.shape[1], block_size))
@@ -116,14 +132,16 @@ def launch_paged_mqa_logits(q8, kv_cache, weights, limits, block_tables, out, *,
         return out
     g, block_h, num_warps = tile(next_n, n_heads)
     groups = cdiv(next_n, g)
-    programs = max(1, min(n_blocks_max, cdiv(PROGRAMS_PER_SM * sm_count, batch * groups)))
+    products_fp8 = fp8_dot(fp8_cvt, interpret)
+    per_sm = PROGRAMS_PER_SM or resident_programs(products_fp8, g * block_h)
+    programs = max(1, min(n_blocks_max, per_sm * sm_count // (batch * groups)))
     paged_mqa_logits_kernel[(batch, groups, programs)](
         q8, kv_cache, weights, limits, block_tables, out,
         n_blocks_max, out.shape[1], kv_cache.stride(0), block_tables.stride(0), q8.stride(0),
         q8.stride(1), q8.stride(2), weights.stride(0), weights.stride(1), out.stride(0),
         NEXT_N=next_n, G=g, H=n_heads, BLOCK_H=block_h, D=d, BLOCK_SIZE=block_size,
-        FP8_CVT=fp8_cvt, INTERPRET=interpret, FP8_DOT=fp8_dot(fp8_cvt, interpret),
-        num_warps=num_warps,
+        FP8_CVT=fp8_cvt, INTERPRET=interpret, FP8_DOT=products_fp8, num_warps=num_warps,
+        num_stages=NUM_STAGES,
         **LAUNCH_OPTIONS,
     )
     return out

@@ -26,7 +26,8 @@ import triton.language as tl
 from ..hostmath import cdiv
 from ..kernels.common import LAUNCH_OPTIONS, e4m3_rows_operand, e4m3_unit, mma
 from . import flat_heads
-from .rows import key_ranges
+from .knobs import tile_knob
+from .rows import key_programs, key_ranges
 
 # The products run on the fp8 tensor cores where the hardware has them (SM89 and newer): q and k
 # as loaded, half the MMA instructions of fp16 operands (QMMA.16832 against HMMA.16816 on sm89).
@@ -79,18 +80,10 @@ TILES = {
 }
 
 
-def _tile_from(text: str) -> Tile:
-    try:
-        return Tile(*(int(x) for x in text.split(",")))
-    except (TypeError, ValueError):
-        raise ValueError(f"TSM_INDEXER_TILE: expected 'BLOCK_M,BLOCK_N,NUM_WARPS,NUM_STAGES' "
-                         f"(four integers), got {text!r}") from None
-
-
 # A measurement knob (benchmarks/device_run.sh indexer-tiles): TSM_INDEXER_TILE="BLOCK_M,
 # BLOCK_N,NUM_WARPS,NUM_STAGES" replaces both tiles.
 if os.environ.get("TSM_INDEXER_TILE"):
-    TILES = dict.fromkeys(TILES, _tile_from(os.environ["TSM_INDEXER_TILE"]))
+    TILES = dict.fromkeys(TILES, tile_knob("TSM_INDEXER_TILE", TILES["fp8"]))
 
 
 def tile(fp8_products: bool) -> Tile:
@@ -155,8 +148,7 @@ def launch_mqa_logits(q8, k8, k_scale, weights, row_starts, row_ends, out, *, fa
                                  fp8_products=products_fp8)
     t = tile(products_fp8)
     row_blocks = cdiv(n_rows, t.block_m)
-    key_programs = max(1, min(cdiv(out.shape[1], t.block_n), cdiv(2 * sm_count, row_blocks)))
-    mqa_logits_kernel[(row_blocks, key_programs)](
+    mqa_logits_kernel[(row_blocks, key_programs(out.shape[1], t.block_n, row_blocks, sm_count))](
         q8, k8, k_scale, weights, row_starts, row_ends, out,
         n_rows, k8.shape[0], out.shape[1],
         q8.stride(0), q8.stride(1), k8.stride(0), weights.stride(0), weights.stride(1),

@@ -20,7 +20,6 @@ own product); one warpgroup a program lets two or three programs share an SM, on
 beside another's product.
 """
 
-import os
 from typing import NamedTuple
 
 import triton
@@ -28,7 +27,8 @@ import triton.language as tl
 
 from ..hostmath import cdiv, next_power_of_2
 from ..kernels.common import LAUNCH_OPTIONS, e4m3_rows_operand, e4m3_unit, mma
-from .rows import key_ranges, rows_by_heads
+from .knobs import tile_knob
+from .rows import key_programs, key_ranges, rows_by_heads
 
 
 class HeadsTile(NamedTuple):
@@ -45,15 +45,10 @@ class HeadsTile(NamedTuple):
 # (256, 64, 8, 3) at 64 heads and 1.04-1.31x at 32; 3 stages within 4%; a 128-register cap on
 # the 8-warp tile (two programs an SM) and 128 keys a tile did not help. Shared memory: 41 KB
 # (fp8 products), 72 KB (sm80/86's fp16 products), within every target's 99 KB.
-TILE = HeadsTile(columns=128, block_n=64, num_warps=4, num_stages=4)
 # A measurement knob: TSM_INDEXER_HEADS_TILE="COLUMNS,BLOCK_N,NUM_WARPS,NUM_STAGES"
 # (benchmarks/device_run.sh indexer-heads-tiles).
-if os.environ.get("TSM_INDEXER_HEADS_TILE"):
-    try:
-        TILE = HeadsTile(*(int(x) for x in os.environ["TSM_INDEXER_HEADS_TILE"].split(",")))
-    except (TypeError, ValueError):
-        raise ValueError("TSM_INDEXER_HEADS_TILE: expected 'COLUMNS,BLOCK_N,NUM_WARPS,NUM_STAGES' "
-                         f"(four integers), got {os.environ['TSM_INDEXER_HEADS_TILE']!r}") from None
+TILE = tile_knob("TSM_INDEXER_HEADS_TILE", HeadsTile(columns=128, block_n=64, num_warps=4,
+                                                      num_stages=4))
 
 
 @triton.jit(do_not_specialize=["n_rows", "n_keys", "width", "stride_om", "starts_ptr", "ends_ptr"])
@@ -101,8 +96,8 @@ def launch(q8, k8, k_scale, weights, row_starts, row_ends, out, *, sm_count, fp8
     n_rows, n_heads, d = q8.shape
     g, block_h = rows_per_program(n_heads)
     row_blocks = cdiv(n_rows, g)
-    key_programs = max(1, min(cdiv(out.shape[1], TILE.block_n), cdiv(2 * sm_count, row_blocks)))
-    mqa_logits_heads_kernel[(row_blocks, key_programs)](
+    n_split = key_programs(out.shape[1], TILE.block_n, row_blocks, sm_count)
+    mqa_logits_heads_kernel[(row_blocks, n_split)](
         q8, k8, k_scale, weights, row_starts, row_ends, out,
         n_rows, k8.shape[0], out.shape[1],
         q8.stride(0), q8.stride(1), k8.stride(0), weights.stride(0), weights.stride(1),

@@ -17,29 +17,20 @@ the block's 64 positions fill ``wgmma``'s M even for one row of 32 heads. Counte
 rows, 8 warps, Triton 3.8): 992 -> 696 instructions, 21 -> 13 barriers.
 """
 
-import os
-
 import triton
 import triton.language as tl
 
 from ..hostmath import cdiv, next_power_of_2
 from ..kernels.common import LAUNCH_OPTIONS, e4m3_rows_operand, e4m3_unit, mma
 from .flat import fp8_dot
+from .knobs import int_knob
 from .rows import rows_by_heads
-
-
-def _knob(name: str, default: int) -> int:
-    """An integer measurement knob from the environment (``default`` when unset)."""
-    try:
-        return int(os.environ.get(name, default))
-    except ValueError:
-        raise ValueError(f"{name}: expected an integer, got {os.environ[name]!r}") from None
 
 
 # G * BLOCK_H at most: the query tile's columns (q and the accumulator in registers). A
 # measurement knob, TSM_INDEXER_PAGED_COLUMNS (64: one row of 64 heads a program, so two
 # programs read each block of a two-row request).
-MAX_COLUMNS = _knob("TSM_INDEXER_PAGED_COLUMNS", 128)
+MAX_COLUMNS = int_knob("TSM_INDEXER_PAGED_COLUMNS", 128)
 # Programs a launch aims at per SM: at most what one SM holds (``resident_programs``), rounded
 # down, so that a launch is one wave at most, as the attention's split rule
 # (configs.choose_splits). Before (runs 272-277) it aimed at 4 rounded up, over tiles of which
@@ -48,7 +39,7 @@ MAX_COLUMNS = _knob("TSM_INDEXER_PAGED_COLUMNS", 128)
 # row, one wave, took 10.1; 32 x 8K two rows at 32 heads: 544 for 528; 8 x 128K two rows at 64
 # heads: 528 for 396), and those that made one wave the fastest. Predicted, not yet measured.
 # A measurement knob, TSM_INDEXER_PAGED_PER_SM, replaces the count (0: the table).
-PROGRAMS_PER_SM = _knob("TSM_INDEXER_PAGED_PER_SM", 0)
+PROGRAMS_PER_SM = int_knob("TSM_INDEXER_PAGED_PER_SM", 0)
 NUM_STAGES = 3  # (Triton's default, which runs 272-277 ran)
 # Programs of this kernel one SM holds, by product path and the tile's columns (fewer than 64
 # count as 64): the least over the path's targets, from the compiled kernels' registers

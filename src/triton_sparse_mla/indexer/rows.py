@@ -1,8 +1,16 @@
 """Index arithmetic the indexer's score kernels share: which query rows and heads a tile holds,
-and the key ranges of a program's rows."""
+the key ranges of a program's rows, and how the prefill kernels split the keys."""
 
 import triton
 import triton.language as tl
+
+from ..hostmath import cdiv
+
+
+def key_programs(width: int, block_n: int, row_blocks: int, sm_count: int) -> int:
+    """Programs a prefill launch splits the key axis over: enough, with ``row_blocks`` row
+    tiles, to give each SM about two, and no more than the ``width`` keys' tiles."""
+    return max(1, min(cdiv(width, block_n), cdiv(2 * sm_count, row_blocks)))
 
 
 @triton.jit

@@ -18,7 +18,7 @@ Usage: vllm_e2e.py OUT.json [--timeout S] [--kv-cache-dtype auto|fp8_ds_mla] [--
 and replaces vLLM's fp8 DSA-layer kernels (``TRITON_SPARSE_MLA_INDEXER=on``: what SM80/86 get
 by default; SM89 gets the indexer only), while the reference keeps DeepGEMM and vLLM's
 kernels; the first indexer calls of each kind are checked against the float64 reference in
-the engine (``indexer_checks``). Run on an H100 and an H200 (docs/gpu-runs.md, runs 263-269).
+the engine (``indexer_checks``). Run on an H100 and an H200 (docs/gpu-runs.md, runs 263-276).
 
 ``--long``: prompts of 300-1100 tokens (2900 in all) with 2048 tokens per engine step, so a
 prefill call has 2048 query tokens and fp8_ds_mla rows go through the workspace of distinct rows

@@ -92,7 +92,7 @@ for s in $steps; do
       # TSM_INDEXER_PAGED_COLUMNS=64"), each in its own process, the rows of $INDEXER_PHASE
       # (prefill or decode; default both)
       IFS=';' read -ra sets <<< "${INDEXER_SETS:?set INDEXER_SETS, e.g. TSM_INDEXER_PAGED_COLUMNS=64}"
-      for v in "${sets[@]}"; do tag=$(echo "$v" | tr -c 'A-Za-z0-9=_\n-' '_' | tr -s '_')
+      for v in "${sets[@]}"; do tag=$(echo "$v" | tr -c 'A-Za-z0-9_\n-' '_' | tr -s '_')
         env $v timeout 120 python3 benchmarks/indexer_bench.py "$OUT/indexer-env-$tag.json" ${INDEXER_PHASE:-} 2>&1 | grep -E "^(prefill|decode) |Error" | sed "s/^/[$v] /"; done ;;
     indexer-ncu) # Nsight Compute over the indexer's kernels (benchmarks/indexer_profile.py; workloads
       # from $PROFILE_WORKLOADS), with the source view's SASS

@@ -39,7 +39,8 @@ def _jit_fn(kernel):
     return kernel if hasattr(kernel, "arg_names") else kernel.fn
 
 
-def _compile(kernel, types: dict, constexprs: dict, divisible: set, cap: int, warps: int, stages: int):
+def _compile(kernel, types: dict, constexprs: dict, divisible: set, cap: int, warps: int, stages: int,
+             **options):
     fn = _jit_fn(kernel)
     names = fn.arg_names
     signature = {}
@@ -53,7 +54,7 @@ def _compile(kernel, types: dict, constexprs: dict, divisible: set, cap: int, wa
     src = source(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
     target = GPUTarget("cuda", cap, 32)
     return triton.compile(src, target=target,
-                          options={"num_warps": warps, "num_stages": stages, **LAUNCH_OPTIONS})
+                          options={"num_warps": warps, "num_stages": stages, **LAUNCH_OPTIONS, **options})
 
 
 def registers(compiled) -> int | None:
@@ -163,18 +164,18 @@ def _workspace_variants(cap: int):
            {"kv_ptr", "ws_ptr", "stride_kv", "stride_ws"}, 4, 1)
 
 
-def _indexer_variants(cap: int):
+def _indexer_variants(family: str, cap: int):
     """The DSA indexer's score kernels at the models' shapes (64 heads of 128, cache blocks of 64
     tokens; decode with 1, 2 and 4 rows per request): both prefill kernels on every target (the
     family's own, :data:`.indexer.flat.HEADS_ALONG_N`, and the other, which the measurement knob
-    can select), and the decode kernel."""
+    can select), and the decode kernel at ``family``'s pipeline depth."""
     from .indexer import flat, flat_heads, paged
 
     cvt = configs.fp8_cvt_level(divmod(cap, 10))
     products_fp8 = flat.fp8_dot(cvt, False)
     names = _jit_fn(flat.mqa_logits_kernel).arg_names
     types = {n: "i32" for n in names}
-    types.update(q_ptr="*u8", k_ptr="*u8", k_scale_ptr="*fp32", w_ptr="*fp32",
+    types.update(q_ptr="*u8", k_ptr="*u8", k_w_ptr="*fp32",
                  starts_ptr="*i32", ends_ptr="*i32", out_ptr="*fp32")
     aligned = ({n for n in names if n.endswith("_ptr") and n not in ("starts_ptr", "ends_ptr")}
                | {"stride_qm", "stride_qh", "stride_kn", "stride_wm"})
@@ -196,10 +197,11 @@ def _indexer_variants(cap: int):
         g, block_h, warps = paged.tile(next_n, heads)
         k = dict(NEXT_N=next_n, G=g, H=heads, BLOCK_H=block_h, D=128, BLOCK_SIZE=64,
                  FP8_CVT=cvt, INTERPRET=False, FP8_DOT=products_fp8)
+        cap_regs = paged.register_cap(paged.resident_programs(products_fp8, g * block_h), warps)
         yield (f"paged_mqa_logits next_n={next_n} H={heads}", paged.paged_mqa_logits_kernel, types, k,
                {n for n in names if n.endswith("_ptr")}
                | {"stride_cb", "stride_qb", "stride_qn", "stride_qh", "stride_wr"},
-               warps, paged.NUM_STAGES)
+               warps, paged.NUM_STAGES[family], dict(maxnreg=cap_regs))
 
 
 def _fp8_rows_variants():
@@ -251,13 +253,15 @@ def check_all(families=None) -> list[dict]:
                     jobs.extend((key, v) for v in _gluon_variants(tile, kind == "fp8"))
             jobs.append(("combine", _combine_variant()))
             jobs.extend(("workspace", v) for v in _workspace_variants(cap))
-            jobs.extend(("indexer", v) for v in _indexer_variants(cap))
+            jobs.extend(("indexer", v) for v in _indexer_variants(family, cap))
             jobs.extend(("fp8 rows", v) for v in _fp8_rows_variants())
-            for key, (label, kernel, types, constexprs, divisible, warps, stages) in jobs:
+            # (a variant's eighth entry, where it has one: further compile options, as its launch)
+            for key, (label, kernel, types, constexprs, divisible, warps, stages, *options) in jobs:
                 rec = dict(family=family, target=f"sm{cap}", config=key, variant=label,
                            num_warps=warps, num_stages=stages, limit=limit)
                 try:
-                    compiled = _compile(kernel, types, constexprs, divisible, cap, warps, stages)
+                    compiled = _compile(kernel, types, constexprs, divisible, cap, warps, stages,
+                                        **(options[0] if options else {}))
                     rec.update(shared=compiled.metadata.shared, ok=compiled.metadata.shared <= limit,
                                error=None)
                     if key == "indexer":  # (tests/test_portability.py checks paged.RESIDENT)

@@ -153,10 +153,10 @@ def paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, width, *,
         raise ValueError(f"block_tables: expected {batch} rows (q's requests), got {block_tables.shape[0]}")
     width = _check_width(width)
     out = _output(out, (batch * next_n, width), device)
-    _, sm_count, fp8_cvt = device_traits(device, "q")
+    family, sm_count, fp8_cvt = device_traits(device, "q")
     # (vLLM's decode passes 2-D lengths: used as they are, no kernel launched on this hot path)
     limits = (context_lens.reshape(-1) if context_lens.dim() == 2
               else row_limits(context_lens, next_n).to(torch.int32))
     return launch_paged_mqa_logits(q.view(torch.uint8), kv_cache, weights, limits, block_tables,
-                                   out, sm_count=sm_count, fp8_cvt=fp8_cvt,
+                                   out, family=family, sm_count=sm_count, fp8_cvt=fp8_cvt,
                                    interpret=interpreting())

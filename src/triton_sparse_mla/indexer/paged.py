@@ -37,14 +37,29 @@ MAX_COLUMNS = int_knob("TSM_INDEXER_PAGED_COLUMNS", 128)
 # 3 fit an sm90 SM: run 276's slowest rows against DeepGEMM are those that made a second,
 # partial wave (32 x 8K two rows at 64 heads: 544 programs for 396 places, 22.1 us where one
 # row, one wave, took 10.1; 32 x 8K two rows at 32 heads: 544 for 528; 8 x 128K two rows at 64
-# heads: 528 for 396), and those that made one wave the fastest. Predicted, not yet measured.
-# A measurement knob, TSM_INDEXER_PAGED_PER_SM, replaces the count (0: the table).
+# heads: 528 for 396), and those that made one wave the fastest. Measured after the change
+# (H100, run 278 against run 277): those rows 1.31-1.58x faster (32 x 8K two rows at 64
+# heads: 16.1 us), 128 x 32K one row 0.94x (223 us: 512 programs, where 640 ran before); 5
+# programs an SM, over-claimed, 1.27x slower at 32 x 8K two rows. A measurement knob,
+# TSM_INDEXER_PAGED_PER_SM, replaces the count (0: the table).
 PROGRAMS_PER_SM = int_knob("TSM_INDEXER_PAGED_PER_SM", 0)
-NUM_STAGES = 3  # (Triton's default, which runs 272-277 ran)
+# The software pipeline's depth, by family. sm90: 5, measured on an H100 against 2-6 (run 280,
+# each in its own process): 1.10-1.20x faster than 3 (Triton's default, which runs 272-279 ran)
+# on the rows past one wave's worth of blocks (128 x 32K one row: 202 against 223 us; 8 x 128K
+# two rows: 60 against 72), 4 no different from 3, 6 from 5; one request of 32K 0.2 us slower
+# (a block a program: the deeper prologue). Run 279 (Nsight Compute, 3 stages): 46% of the
+# stall samples on the wait for the block's copy. Elsewhere 3 (not measured): 5 costs 8 KB of
+# shared memory a program more, which on sm89/120's 100 KB leaves fewer programs than
+# :data:`RESIDENT` counts (and on sm100, under Triton 3.8, registers for two of the 128-column
+# tiles, not three). A measurement knob, TSM_INDEXER_PAGED_STAGES, sets every family's.
+NUM_STAGES = {"sm90": 5, "sm100": 3, "sm80": 3, "sm86": 3}
+if int_knob("TSM_INDEXER_PAGED_STAGES", 0):
+    NUM_STAGES = dict.fromkeys(NUM_STAGES, int_knob("TSM_INDEXER_PAGED_STAGES", 0))
 # Programs of this kernel one SM holds, by product path and the tile's columns (fewer than 64
-# count as 64): the least over the path's targets, from the compiled kernels' registers
-# (fp8 products: 85-114 a thread at 64 columns, 128-168 at 128; 4 warps) and shared memory
-# (fp16 products, sm80/86: 41 and 57 KB) under Triton 3.6 and 3.8. tests/test_portability.py
+# count as 64): the least over the path's targets, each at its family's NUM_STAGES, from the
+# compiled kernels' shared memory (fp16 products, sm80/86: 41 and 57 KB) and registers (fp8
+# products: 79-128 a thread at 64 columns, 128-176 at 128; 4 warps) under Triton 3.6 and 3.8.
+# The launch caps the registers to fit the count (:func:`register_cap`); tests/test_portability.py
 # checks each count against the compiled kernels.
 RESIDENT = {"fp8": {64: 4, 128: 3}, "fp16": {64: 2, 128: 1}}
 # One warpgroup a program: the two-row 64-head tile (128 columns) took 22.1 us with 4 warps
@@ -109,13 +124,22 @@ def resident_programs(fp8_products: bool, columns: int) -> int:
     return RESIDENT["fp8" if fp8_products else "fp16"][min(max(columns, 64), 128)]
 
 
-def launch_paged_mqa_logits(q8, kv_cache, weights, limits, block_tables, out, *, sm_count,
-                            fp8_cvt, interpret):
+def register_cap(per_sm: int, num_warps: int) -> int:
+    """Registers a thread may use so that ``per_sm`` programs of ``num_warps`` warps fit one SM's
+    64K (allocated 8 a thread at a time; at most 255): the launch's ``maxnreg``, which makes a
+    count of :data:`RESIDENT` hold whatever a target's compiler would have chosen (sm100 under
+    Triton 3.6 chose 176 for the 128-column tile, where 3 programs fit at 168)."""
+    return min(255, 65536 // (per_sm * 32 * num_warps) // 8 * 8)
+
+
+def launch_paged_mqa_logits(q8, kv_cache, weights, limits, block_tables, out, *, family,
+                            sm_count, fp8_cvt, interpret):
     """Run :func:`paged_mqa_logits_kernel`: ``q8 [B, NEXT_N, H, D]`` float8_e4m3fn bytes (uint8),
     ``kv_cache`` uint8 ``[num_blocks, block_size, 1, D + 4]``, ``weights [B * NEXT_N, H]`` fp32,
     ``limits [B * NEXT_N]`` int32, ``block_tables [B, max_blocks]`` int32, into
-    ``out [B * NEXT_N, W]`` fp32. Each request's blocks are spread over as many programs as
-    fill the SMs once (:func:`resident_programs`), not more."""
+    ``out [B * NEXT_N, W]`` fp32, with ``family``'s pipeline depth (:data:`NUM_STAGES`). Each
+    request's blocks are spread over as many programs as fill the SMs once
+    (:func:`resident_programs`), not more."""
     batch, next_n, n_heads, d = q8.shape
     block_size = kv_cache.shape[1]
     n_blocks_max = min(block_tables.shape[1], cdiv(out.shape[1], block_size))
@@ -132,7 +156,7 @@ def launch_paged_mqa_logits(q8, kv_cache, weights, limits, block_tables, out, *,
         q8.stride(1), q8.stride(2), weights.stride(0), weights.stride(1), out.stride(0),
         NEXT_N=next_n, G=g, H=n_heads, BLOCK_H=block_h, D=d, BLOCK_SIZE=block_size,
         FP8_CVT=fp8_cvt, INTERPRET=interpret, FP8_DOT=products_fp8, num_warps=num_warps,
-        num_stages=NUM_STAGES,
+        num_stages=NUM_STAGES[family], maxnreg=register_cap(per_sm, num_warps),
         **LAUNCH_OPTIONS,
     )
     return out

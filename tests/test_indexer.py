@@ -11,7 +11,7 @@ import torch
 from triton_sparse_mla.indexer import (
     mqa_logits, mqa_logits_reference, pack_indexer_k_cache, paged_mqa_logits,
     paged_mqa_logits_reference)
-from triton_sparse_mla.indexer import flat
+from triton_sparse_mla.indexer import flat, paged
 from triton_sparse_mla.indexer.reference import row_limits
 
 from problems import indexer_tolerance
@@ -146,7 +146,12 @@ def _paged_problem(g, *, context, next_n, heads, block_size, two_d):
     pytest.param(4, True, 8, 16, (90, 17), 70, id="n4-2d-width-cuts"),
     pytest.param(3, True, 64, 64, (70, 130), 192, id="n3-2d-H64-two-row-groups"),
 ])
-def test_paged_mqa_logits(device, next_n, two_d, heads, block_size, context, width):
+@pytest.mark.parametrize("scales_ahead", [False, True], ids=["scales-in-step", "scales-ahead"])
+def test_paged_mqa_logits(device, monkeypatch, next_n, two_d, heads, block_size, context, width,
+                          scales_ahead):
+    """Both ways of loading the blocks' scales (paged.SCALES_AHEAD); the unused blocks' scales
+    are NaN, so a scale taken from a block other than the one multiplied shows."""
+    monkeypatch.setattr(paged, "SCALES_AHEAD", scales_ahead)
     g = torch.Generator().manual_seed(next_n * 100 + heads)
     q, cache, weights, lens, tables = _paged_problem(
         g, context=context, next_n=next_n, heads=heads, block_size=block_size, two_d=two_d)

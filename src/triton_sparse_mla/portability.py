@@ -175,7 +175,7 @@ def _indexer_variants(family: str, cap: int):
     products_fp8 = flat.fp8_dot(cvt, False)
     names = _jit_fn(flat.mqa_logits_kernel).arg_names
     types = {n: "i32" for n in names}
-    types.update(q_ptr="*u8", k_ptr="*u8", k_w_ptr="*fp32",
+    types.update(q_ptr="*u8", k_ptr="*u8", k_scale_ptr="*fp32", w_ptr="*fp32",
                  starts_ptr="*i32", ends_ptr="*i32", out_ptr="*fp32")
     aligned = ({n for n in names if n.endswith("_ptr") and n not in ("starts_ptr", "ends_ptr")}
                | {"stride_qm", "stride_qh", "stride_kn", "stride_wm"})
@@ -191,16 +191,16 @@ def _indexer_variants(family: str, cap: int):
            h.num_warps, h.num_stages)
     names = _jit_fn(paged.paged_mqa_logits_kernel).arg_names
     types = {n: "i32" for n in names}
-    types.update(q_ptr="*u8", cache_ptr="*u8", w_ptr="*fp32", limits_ptr="*i32",
+    types.update(q_ptr="*u8", cache_ptr="*u8", scale_ptr="*fp32", w_ptr="*fp32", limits_ptr="*i32",
                  table_ptr="*i32", out_ptr="*fp32")
     for next_n, heads in ((1, 64), (2, 64), (2, 32), (4, 32)):
         g, block_h, warps = paged.tile(next_n, heads)
         k = dict(NEXT_N=next_n, G=g, H=heads, BLOCK_H=block_h, D=128, BLOCK_SIZE=64,
-                 FP8_CVT=cvt, INTERPRET=False, FP8_DOT=products_fp8)
+                 FP8_CVT=cvt, INTERPRET=False, FP8_DOT=products_fp8, SCALES_AHEAD=paged.SCALES_AHEAD)
         cap_regs = paged.register_cap(paged.resident_programs(products_fp8, g * block_h), warps)
         yield (f"paged_mqa_logits next_n={next_n} H={heads}", paged.paged_mqa_logits_kernel, types, k,
                {n for n in names if n.endswith("_ptr")}
-               | {"stride_cb", "stride_qb", "stride_qn", "stride_qh", "stride_wr"},
+               | {"stride_cb", "stride_sb", "stride_qb", "stride_qn", "stride_qh", "stride_wr"},
                warps, paged.NUM_STAGES[family], dict(maxnreg=cap_regs))
 
 

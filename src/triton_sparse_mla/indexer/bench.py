@@ -164,7 +164,8 @@ def run(work: list[Workload], json_path: str | None = None, device="cuda") -> di
     else:
         head["tile"] = dict(per_head=list(flat.tile(head["fp8_products"])))
     head["paged"] = dict(programs_per_sm=paged.PROGRAMS_PER_SM or dict(resident=paged.RESIDENT),
-                         num_warps=paged.NUM_WARPS, num_stages=paged.NUM_STAGES[family])
+                         num_warps=paged.NUM_WARPS, num_stages=paged.NUM_STAGES[family],
+                         scales_ahead=paged.SCALES_AHEAD)
     print(" ".join(f"{k}={v}" for k, v in head.items()), flush=True)
     ceil = measure_ceilings()
     print(f"ceilings: copy {ceil['copy_GBps']:.0f} GB/s, bf16 matmul {ceil['matmul_TFLOPs']:.0f} TFLOP/s",

@@ -17,6 +17,7 @@ the block's 64 positions fill ``wgmma``'s M even for one row of 32 heads. Counte
 rows, 8 warps, Triton 3.8): 992 -> 696 instructions, 21 -> 13 barriers.
 """
 
+import torch
 import triton
 import triton.language as tl
 
@@ -55,6 +56,11 @@ PROGRAMS_PER_SM = int_knob("TSM_INDEXER_PAGED_PER_SM", 0)
 NUM_STAGES = {"sm90": 5, "sm100": 3, "sm80": 3, "sm86": 3}
 if int_knob("TSM_INDEXER_PAGED_STAGES", 0):
     NUM_STAGES = dict.fromkeys(NUM_STAGES, int_knob("TSM_INDEXER_PAGED_STAGES", 0))
+# Whether a block's scales are loaded a block ahead (the kernel's SCALES_AHEAD). Off: not yet
+# measured (written after run 281, read in the SASS of sm90 under Triton 3.6 and 3.8: the
+# values' and table's copies stay in the pipeline, the scales' loads move a block ahead, 2
+# registers more). A measurement knob, TSM_INDEXER_PAGED_SCALES_AHEAD=1, turns it on.
+SCALES_AHEAD = int_knob("TSM_INDEXER_PAGED_SCALES_AHEAD", 0) == 1
 # Programs of this kernel one SM holds, by product path and the tile's columns (fewer than 64
 # count as 64): the least over the path's targets, each at its family's NUM_STAGES, from the
 # compiled kernels' shared memory (fp16 products, sm80/86: 41 and 57 KB) and registers (fp8
@@ -73,12 +79,12 @@ NUM_WARPS = 4
 # and q's and the weights' stay specialized, so blocks and q rows load as 16-byte vectors.
 @triton.jit(do_not_specialize=["n_blocks_max", "width", "stride_tb", "stride_om"])
 def paged_mqa_logits_kernel(
-    q_ptr, cache_ptr, w_ptr, limits_ptr, table_ptr, out_ptr,
-    n_blocks_max, width, stride_cb, stride_tb, stride_qb, stride_qn, stride_qh, stride_wr,
+    q_ptr, cache_ptr, scale_ptr, w_ptr, limits_ptr, table_ptr, out_ptr,
+    n_blocks_max, width, stride_cb, stride_sb, stride_tb, stride_qb, stride_qn, stride_qh, stride_wr,
     stride_wh, stride_om,
     NEXT_N: tl.constexpr, G: tl.constexpr, H: tl.constexpr, BLOCK_H: tl.constexpr,
     D: tl.constexpr, BLOCK_SIZE: tl.constexpr, FP8_CVT: tl.constexpr, INTERPRET: tl.constexpr,
-    FP8_DOT: tl.constexpr = False,
+    FP8_DOT: tl.constexpr = False, SCALES_AHEAD: tl.constexpr = False,
 ):
     i_b = tl.program_id(0)
     i_g = tl.program_id(1)
@@ -99,17 +105,47 @@ def paged_mqa_logits_kernel(
     n_used = tl.minimum(tl.cdiv(tl.max(b_limit, axis=0), BLOCK_SIZE), n_blocks_max)
     p_out = out_ptr + (i_b.to(tl.int64) * NEXT_N + o_gj)[None, :] * stride_om  # [1, G]
     o_t = tl.arange(0, BLOCK_SIZE)
+    p_table = table_ptr + i_b.to(tl.int64) * stride_tb
+    # With SCALES_AHEAD, each block's scales are loaded a block of this program's ahead, into
+    # registers: Triton's pipeline copies ahead only the loads that feed the product (the
+    # values, and the table entries their addresses come from), so the scales, loaded in the
+    # block's own step, cost a memory latency a block (run 281: the largest stall). Without it,
+    # in the block's own step, as runs 272-282 ran.
+    if SCALES_AHEAD:  # (the program's first block's)
+        b_scale_next = _block_scales(p_table, scale_ptr, i_s, n_used, stride_sb, o_t,
+                                     BLOCK_SIZE * D)
     for i_blk in range(i_s, n_used, n_programs):
-        blk = tl.load(table_ptr + i_b.to(tl.int64) * stride_tb + i_blk).to(tl.int64)
+        blk = tl.load(p_table + i_blk).to(tl.int64)
         p_blk = cache_ptr + blk * stride_cb
         # [BLOCK_SIZE, D]: every position of a block is read (the mask is all true)
         b_k = e4m3_rows_operand(p_blk + o_t * D, o_t < BLOCK_SIZE, D, FP8_CVT, INTERPRET, FP8_DOT)
-        p_scale = (p_blk + BLOCK_SIZE * D).to(tl.pointer_type(tl.float32), bitcast=True)
-        b_scale = e4m3_unit(e4m3_unit(tl.load(p_scale + o_t), FP8_CVT), FP8_CVT)  # [BLOCK_SIZE]
+        if SCALES_AHEAD:
+            b_scale = b_scale_next
+            b_scale_next = _block_scales(p_table, scale_ptr, i_blk + n_programs, n_used,
+                                         stride_sb, o_t, BLOCK_SIZE * D)
+        else:
+            b_scale = tl.load(_scales_at(scale_ptr, blk, stride_sb, o_t, BLOCK_SIZE * D))
+        b_scale = e4m3_unit(e4m3_unit(b_scale, FP8_CVT), FP8_CVT)  # [BLOCK_SIZE]
         o_p = i_blk * BLOCK_SIZE + o_t
         b_s = tl.maximum(mma(b_k, tl.trans(b_q), INTERPRET), 0.0) * b_w[None, :]
         b_l = tl.sum(tl.reshape(b_s, [BLOCK_SIZE, G, BLOCK_H]), axis=2) * b_scale[:, None]
         tl.store(p_out + o_p[:, None], b_l, mask=o_p[:, None] < b_limit[None, :])
+
+
+@triton.jit
+def _scales_at(scale_ptr, blk, stride_sb, o_t, VALUES: tl.constexpr):
+    """Pointers to the fp32 scales of cache block ``blk``, in the cache's fp32 view, where they
+    follow the block's ``VALUES`` bytes of values."""
+    return scale_ptr + blk * stride_sb + VALUES // 4 + o_t
+
+
+@triton.jit
+def _block_scales(p_table, scale_ptr, i_blk, n_used, stride_sb, o_t, VALUES: tl.constexpr):
+    """The fp32 scales of the request's block ``i_blk`` (its entry in the block table row at
+    ``p_table``; zeros past ``n_used``)."""
+    used = i_blk < n_used
+    blk = tl.load(p_table + i_blk, mask=used, other=0).to(tl.int64)
+    return tl.load(_scales_at(scale_ptr, blk, stride_sb, o_t, VALUES), mask=used, other=0.0)
 
 
 def tile(next_n: int, n_heads: int) -> tuple[int, int, int]:
@@ -150,12 +186,16 @@ def launch_paged_mqa_logits(q8, kv_cache, weights, limits, block_tables, out, *,
     products_fp8 = fp8_dot(fp8_cvt, interpret)
     per_sm = PROGRAMS_PER_SM or resident_programs(products_fp8, g * block_h)
     programs = max(1, min(n_blocks_max, per_sm * sm_count // (batch * groups)))
+    # the same bytes as fp32 (D + 4 a multiple of 4; the size-1 axis dropped, whatever its stride)
+    scales = kv_cache.select(2, 0).view(torch.float32)
     paged_mqa_logits_kernel[(batch, groups, programs)](
-        q8, kv_cache, weights, limits, block_tables, out,
-        n_blocks_max, out.shape[1], kv_cache.stride(0), block_tables.stride(0), q8.stride(0),
-        q8.stride(1), q8.stride(2), weights.stride(0), weights.stride(1), out.stride(0),
+        q8, kv_cache, scales, weights, limits, block_tables, out,
+        n_blocks_max, out.shape[1], kv_cache.stride(0), scales.stride(0), block_tables.stride(0),
+        q8.stride(0), q8.stride(1), q8.stride(2), weights.stride(0), weights.stride(1),
+        out.stride(0),
         NEXT_N=next_n, G=g, H=n_heads, BLOCK_H=block_h, D=d, BLOCK_SIZE=block_size,
-        FP8_CVT=fp8_cvt, INTERPRET=interpret, FP8_DOT=products_fp8, num_warps=num_warps,
+        FP8_CVT=fp8_cvt, INTERPRET=interpret, FP8_DOT=products_fp8, SCALES_AHEAD=SCALES_AHEAD,
+        num_warps=num_warps,
         num_stages=NUM_STAGES[family], maxnreg=register_cap(per_sm, num_warps),
         **LAUNCH_OPTIONS,
     )

@@ -11,7 +11,7 @@ import torch
 from triton_sparse_mla.indexer import (
     mqa_logits, mqa_logits_reference, pack_indexer_k_cache, paged_mqa_logits,
     paged_mqa_logits_reference)
-from triton_sparse_mla.indexer import flat, paged
+from triton_sparse_mla.indexer import flat, flat_heads, paged
 from triton_sparse_mla.indexer.reference import row_limits
 
 from problems import indexer_tolerance
@@ -75,11 +75,15 @@ def _prefill_ranges(g, seq_lens, width):
     pytest.param(64, (3, 70), 0, 0, id="H64-two-seqs"),
     pytest.param(8, (45, 30), 0, 6, id="H8-width-cuts"),
 ])
-@pytest.mark.parametrize("heads_along_n", [True, False], ids=["heads-along-n", "per-head"])
-def test_mqa_logits(device, monkeypatch, heads, seq_lens, gap, cut, heads_along_n):
+@pytest.mark.parametrize("heads_along_n, scales_ahead", [(True, False), (True, True), (False, False)],
+                         ids=["heads-along-n", "heads-along-n-scales-ahead", "per-head"])
+def test_mqa_logits(device, monkeypatch, heads, seq_lens, gap, cut, heads_along_n, scales_ahead):
     """``cut``: the output is that much narrower than the longest range (the longest are cut).
-    Both prefill kernels run, whichever this device's family would pick."""
+    Both prefill kernels run, whichever this device's family would pick, the heads-along-N one
+    both ways of loading the keys' scales (flat_heads.SCALES_AHEAD; the unseen keys' scales are
+    NaN)."""
     monkeypatch.setattr(flat, "HEADS_ALONG_N", dict.fromkeys(flat.HEADS_ALONG_N, heads_along_n))
+    monkeypatch.setattr(flat_heads, "SCALES_AHEAD", scales_ahead)
     g = torch.Generator().manual_seed(heads)
     width = max(seq_lens) - cut
     starts, ends = _prefill_ranges(g, seq_lens, max(seq_lens))

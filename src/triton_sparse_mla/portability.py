@@ -186,7 +186,7 @@ def _indexer_variants(family: str, cap: int):
     g, block_h = flat_heads.rows_per_program(64)
     h = flat_heads.TILE
     k = dict(H=64, BLOCK_H=block_h, G=g, D=128, BLOCK_N=h.block_n, FP8_CVT=cvt, INTERPRET=False,
-             FP8_DOT=products_fp8)
+             FP8_DOT=products_fp8, SCALES_AHEAD=flat_heads.SCALES_AHEAD)
     yield ("mqa_logits_heads", flat_heads.mqa_logits_heads_kernel, types, k, aligned,
            h.num_warps, h.num_stages)
     names = _jit_fn(paged.paged_mqa_logits_kernel).arg_names

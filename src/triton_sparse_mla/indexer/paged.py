@@ -59,8 +59,9 @@ if int_knob("TSM_INDEXER_PAGED_STAGES", 0):
 # Whether a block's scales are loaded a block ahead (the kernel's SCALES_AHEAD). Off: not yet
 # measured (written after run 281, read in the SASS of sm90 under Triton 3.6 and 3.8: the
 # values' and table's copies stay in the pipeline, the scales' loads move a block ahead, 2
-# registers more). A measurement knob, TSM_INDEXER_PAGED_SCALES_AHEAD=1, turns it on.
-SCALES_AHEAD = int_knob("TSM_INDEXER_PAGED_SCALES_AHEAD", 0) == 1
+# registers more). A measurement knob, TSM_INDEXER_SCALES_AHEAD=1, turns it on (and
+# :data:`.flat_heads.SCALES_AHEAD`, prefill's).
+SCALES_AHEAD = int_knob("TSM_INDEXER_SCALES_AHEAD", 0) == 1
 # Programs of this kernel one SM holds, by product path and the tile's columns (fewer than 64
 # count as 64): the least over the path's targets, each at its family's NUM_STAGES, from the
 # compiled kernels' shared memory (fp16 products, sm80/86: 41 and 57 KB) and registers (fp8

@@ -45,7 +45,7 @@ MAX_COLUMNS = int_knob("TSM_INDEXER_PAGED_COLUMNS", 128)
 # TSM_INDEXER_PAGED_PER_SM, replaces the count (0: the table).
 PROGRAMS_PER_SM = int_knob("TSM_INDEXER_PAGED_PER_SM", 0)
 # The software pipeline's depth, by family. sm90: 5, measured on an H100 against 2-6 (run 280,
-# each in its own process): 1.10-1.20x faster than 3 (Triton's default, which runs 272-279 ran)
+# each in its own process): 1.09-1.20x faster than 3 (Triton's default, which runs 272-279 ran)
 # on the rows past one wave's worth of blocks (128 x 32K one row: 202 against 223 us; 8 x 128K
 # two rows: 60 against 72), 4 no different from 3, 6 from 5; one request of 32K 0.2 us slower
 # (a block a program: the deeper prologue). Run 279 (Nsight Compute, 3 stages): 46% of the

@@ -58,8 +58,9 @@ if int_knob("TSM_INDEXER_PAGED_STAGES", 0):
     NUM_STAGES = dict.fromkeys(NUM_STAGES, int_knob("TSM_INDEXER_PAGED_STAGES", 0))
 # Whether a block's scales are loaded a block ahead (the kernel's SCALES_AHEAD). Off: not yet
 # measured (written after run 281, read in the SASS of sm90 under Triton 3.6 and 3.8: the
-# values' and table's copies stay in the pipeline, the scales' loads move a block ahead, 2
-# registers more). A measurement knob, TSM_INDEXER_SCALES_AHEAD=1, turns it on (and
+# values' and table's copies stay in the pipeline; each step loads the next block's scales and
+# the table entry of the block after it, neither waiting on the other; 156-160 registers).
+# A measurement knob, TSM_INDEXER_SCALES_AHEAD=1, turns it on (and
 # :data:`.flat_heads.SCALES_AHEAD`, prefill's).
 SCALES_AHEAD = int_knob("TSM_INDEXER_SCALES_AHEAD", 0) == 1
 # Programs of this kernel one SM holds, by product path and the tile's columns (fewer than 64
@@ -108,13 +109,16 @@ def paged_mqa_logits_kernel(
     o_t = tl.arange(0, BLOCK_SIZE)
     p_table = table_ptr + i_b.to(tl.int64) * stride_tb
     # With SCALES_AHEAD, each block's scales are loaded a block of this program's ahead, into
-    # registers: Triton's pipeline copies ahead only the loads that feed the product (the
-    # values, and the table entries their addresses come from), so the scales, loaded in the
-    # block's own step, cost a memory latency a block (run 281: the largest stall). Without it,
+    # registers, from a table entry loaded a block before that: Triton's pipeline copies ahead
+    # only the loads that feed the product (the values, and the table entries their addresses
+    # come from), so the scales, loaded in the block's own step, cost a memory latency a block
+    # (run 281: the largest stall). (Carrying the scales two blocks ahead, one value handed to
+    # the next, stopped the pipeline copying the values ahead: Triton 3.8's SASS.) Without it,
     # in the block's own step, as runs 272-282 ran.
-    if SCALES_AHEAD:  # (the program's first block's)
-        b_scale_next = _block_scales(p_table, scale_ptr, i_s, n_used, stride_sb, o_t,
-                                     BLOCK_SIZE * D)
+    if SCALES_AHEAD:  # (the program's first block's scales, its second block's table entry)
+        b_scale_next = tl.load(_scales_at(scale_ptr, _table_entry(p_table, i_s, n_used), stride_sb,
+                                          o_t, BLOCK_SIZE * D), mask=i_s < n_used, other=0.0)
+        blk_after = _table_entry(p_table, i_s + n_programs, n_used)
     for i_blk in range(i_s, n_used, n_programs):
         blk = tl.load(p_table + i_blk).to(tl.int64)
         p_blk = cache_ptr + blk * stride_cb
@@ -122,8 +126,9 @@ def paged_mqa_logits_kernel(
         b_k = e4m3_rows_operand(p_blk + o_t * D, o_t < BLOCK_SIZE, D, FP8_CVT, INTERPRET, FP8_DOT)
         if SCALES_AHEAD:
             b_scale = b_scale_next
-            b_scale_next = _block_scales(p_table, scale_ptr, i_blk + n_programs, n_used,
-                                         stride_sb, o_t, BLOCK_SIZE * D)
+            b_scale_next = tl.load(_scales_at(scale_ptr, blk_after, stride_sb, o_t, BLOCK_SIZE * D),
+                                   mask=i_blk + n_programs < n_used, other=0.0)
+            blk_after = _table_entry(p_table, i_blk + 2 * n_programs, n_used)
         else:
             b_scale = tl.load(_scales_at(scale_ptr, blk, stride_sb, o_t, BLOCK_SIZE * D))
         b_scale = e4m3_unit(e4m3_unit(b_scale, FP8_CVT), FP8_CVT)  # [BLOCK_SIZE]
@@ -141,12 +146,10 @@ def _scales_at(scale_ptr, blk, stride_sb, o_t, VALUES: tl.constexpr):
 
 
 @triton.jit
-def _block_scales(p_table, scale_ptr, i_blk, n_used, stride_sb, o_t, VALUES: tl.constexpr):
-    """The fp32 scales of the request's block ``i_blk`` (its entry in the block table row at
-    ``p_table``; zeros past ``n_used``)."""
-    used = i_blk < n_used
-    blk = tl.load(p_table + i_blk, mask=used, other=0).to(tl.int64)
-    return tl.load(_scales_at(scale_ptr, blk, stride_sb, o_t, VALUES), mask=used, other=0.0)
+def _table_entry(p_table, i_blk, n_used):
+    """The cache block of the request's block ``i_blk`` (0 past ``n_used``), from its block
+    table row at ``p_table``."""
+    return tl.load(p_table + i_blk, mask=i_blk < n_used, other=0).to(tl.int64)
 
 
 def tile(next_n: int, n_heads: int) -> tuple[int, int, int]:

@@ -191,7 +191,7 @@ def _indexer_variants(family: str, cap: int):
            h.num_warps, h.num_stages)
     names = _jit_fn(paged.paged_mqa_logits_kernel).arg_names
     types = {n: "i32" for n in names}
-    types.update(q_ptr="*u8", cache_ptr="*u8", scale_ptr="*fp32", w_ptr="*fp32", limits_ptr="*i32",
+    types.update(q_ptr="*u8", cache_ptr="*u8", w_ptr="*fp32", limits_ptr="*i32",
                  table_ptr="*i32", out_ptr="*fp32")
     for next_n, heads in ((1, 64), (2, 64), (2, 32), (4, 32)):
         g, block_h, warps = paged.tile(next_n, heads)
@@ -200,7 +200,7 @@ def _indexer_variants(family: str, cap: int):
         cap_regs = paged.register_cap(paged.resident_programs(products_fp8, g * block_h), warps)
         yield (f"paged_mqa_logits next_n={next_n} H={heads}", paged.paged_mqa_logits_kernel, types, k,
                {n for n in names if n.endswith("_ptr")}
-               | {"stride_cb", "stride_sb", "stride_qb", "stride_qn", "stride_qh", "stride_wr"},
+               | {"stride_cb", "stride_qb", "stride_qn", "stride_qh", "stride_wr"},
                warps, paged.NUM_STAGES[family], dict(maxnreg=cap_regs))
 
 

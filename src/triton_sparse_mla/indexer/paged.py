@@ -17,7 +17,6 @@ the block's 64 positions fill ``wgmma``'s M even for one row of 32 heads. Counte
 rows, 8 warps, Triton 3.8): 992 -> 696 instructions, 21 -> 13 barriers.
 """
 
-import torch
 import triton
 import triton.language as tl
 
@@ -54,8 +53,8 @@ PROGRAMS_PER_SM = int_knob("TSM_INDEXER_PAGED_PER_SM", 0)
 # :data:`RESIDENT` counts (and on sm100, under Triton 3.8, registers for two of the 128-column
 # tiles, not three). A measurement knob, TSM_INDEXER_PAGED_STAGES, sets every family's.
 NUM_STAGES = {"sm90": 5, "sm100": 3, "sm80": 3, "sm86": 3}
-if int_knob("TSM_INDEXER_PAGED_STAGES", 0):
-    NUM_STAGES = dict.fromkeys(NUM_STAGES, int_knob("TSM_INDEXER_PAGED_STAGES", 0))
+if _stages := int_knob("TSM_INDEXER_PAGED_STAGES", 0):
+    NUM_STAGES = dict.fromkeys(NUM_STAGES, _stages)
 # Whether a block's scales are loaded a block ahead (the kernel's SCALES_AHEAD). Off: not yet
 # measured (written after run 281, read in the SASS of sm90 under Triton 3.6 and 3.8: the
 # values' and table's copies stay in the pipeline; each step loads the next block's scales and
@@ -81,8 +80,8 @@ NUM_WARPS = 4
 # and q's and the weights' stay specialized, so blocks and q rows load as 16-byte vectors.
 @triton.jit(do_not_specialize=["n_blocks_max", "width", "stride_tb", "stride_om"])
 def paged_mqa_logits_kernel(
-    q_ptr, cache_ptr, scale_ptr, w_ptr, limits_ptr, table_ptr, out_ptr,
-    n_blocks_max, width, stride_cb, stride_sb, stride_tb, stride_qb, stride_qn, stride_qh, stride_wr,
+    q_ptr, cache_ptr, w_ptr, limits_ptr, table_ptr, out_ptr,
+    n_blocks_max, width, stride_cb, stride_tb, stride_qb, stride_qn, stride_qh, stride_wr,
     stride_wh, stride_om,
     NEXT_N: tl.constexpr, G: tl.constexpr, H: tl.constexpr, BLOCK_H: tl.constexpr,
     D: tl.constexpr, BLOCK_SIZE: tl.constexpr, FP8_CVT: tl.constexpr, INTERPRET: tl.constexpr,
@@ -116,7 +115,7 @@ def paged_mqa_logits_kernel(
     # the next, stopped the pipeline copying the values ahead: Triton 3.8's SASS.) Without it,
     # in the block's own step, as runs 272-282 ran.
     if SCALES_AHEAD:  # (the program's first block's scales, its second block's table entry)
-        b_scale_next = tl.load(_scales_at(scale_ptr, _table_entry(p_table, i_s, n_used), stride_sb,
+        b_scale_next = tl.load(_scales_at(cache_ptr, _table_entry(p_table, i_s, n_used), stride_cb,
                                           o_t, BLOCK_SIZE * D), mask=i_s < n_used, other=0.0)
         blk_after = _table_entry(p_table, i_s + n_programs, n_used)
     for i_blk in range(i_s, n_used, n_programs):
@@ -126,11 +125,11 @@ def paged_mqa_logits_kernel(
         b_k = e4m3_rows_operand(p_blk + o_t * D, o_t < BLOCK_SIZE, D, FP8_CVT, INTERPRET, FP8_DOT)
         if SCALES_AHEAD:
             b_scale = b_scale_next
-            b_scale_next = tl.load(_scales_at(scale_ptr, blk_after, stride_sb, o_t, BLOCK_SIZE * D),
+            b_scale_next = tl.load(_scales_at(cache_ptr, blk_after, stride_cb, o_t, BLOCK_SIZE * D),
                                    mask=i_blk + n_programs < n_used, other=0.0)
             blk_after = _table_entry(p_table, i_blk + 2 * n_programs, n_used)
         else:
-            b_scale = tl.load(_scales_at(scale_ptr, blk, stride_sb, o_t, BLOCK_SIZE * D))
+            b_scale = tl.load(_scales_at(cache_ptr, blk, stride_cb, o_t, BLOCK_SIZE * D))
         b_scale = e4m3_unit(e4m3_unit(b_scale, FP8_CVT), FP8_CVT)  # [BLOCK_SIZE]
         o_p = i_blk * BLOCK_SIZE + o_t
         b_s = tl.maximum(mma(b_k, tl.trans(b_q), INTERPRET), 0.0) * b_w[None, :]
@@ -139,10 +138,11 @@ def paged_mqa_logits_kernel(
 
 
 @triton.jit
-def _scales_at(scale_ptr, blk, stride_sb, o_t, VALUES: tl.constexpr):
-    """Pointers to the fp32 scales of cache block ``blk``, in the cache's fp32 view, where they
-    follow the block's ``VALUES`` bytes of values."""
-    return scale_ptr + blk * stride_sb + VALUES // 4 + o_t
+def _scales_at(cache_ptr, blk, stride_cb, o_t, VALUES: tl.constexpr):
+    """Pointers to the fp32 scales ``o_t`` of cache block ``blk`` (``stride_cb`` bytes apart),
+    which follow the block's ``VALUES`` bytes of values."""
+    p_scales = (cache_ptr + blk * stride_cb + VALUES).to(tl.pointer_type(tl.float32), bitcast=True)
+    return p_scales + o_t
 
 
 @triton.jit
@@ -190,11 +190,9 @@ def launch_paged_mqa_logits(q8, kv_cache, weights, limits, block_tables, out, *,
     products_fp8 = fp8_dot(fp8_cvt, interpret)
     per_sm = PROGRAMS_PER_SM or resident_programs(products_fp8, g * block_h)
     programs = max(1, min(n_blocks_max, per_sm * sm_count // (batch * groups)))
-    # the same bytes as fp32 (D + 4 a multiple of 4; the size-1 axis dropped, whatever its stride)
-    scales = kv_cache.select(2, 0).view(torch.float32)
     paged_mqa_logits_kernel[(batch, groups, programs)](
-        q8, kv_cache, scales, weights, limits, block_tables, out,
-        n_blocks_max, out.shape[1], kv_cache.stride(0), scales.stride(0), block_tables.stride(0),
+        q8, kv_cache, weights, limits, block_tables, out,
+        n_blocks_max, out.shape[1], kv_cache.stride(0), block_tables.stride(0),
         q8.stride(0), q8.stride(1), q8.stride(2), weights.stride(0), weights.stride(1),
         out.stride(0),
         NEXT_N=next_n, G=g, H=n_heads, BLOCK_H=block_h, D=d, BLOCK_SIZE=block_size,

@@ -7,7 +7,7 @@ import torch
 import triton
 
 from problems import SM90_ONLY, aligned_rows, assert_close, beyond_this_gpu_skips, make_problem
-from triton_sparse_mla import sparse_mla_attention, sparse_mla_reference
+from triton_sparse_mla import quantize_fp8_ds_mla, sparse_mla_attention, sparse_mla_reference
 from triton_sparse_mla import api, configs
 
 TOL = {"bf16": 2e-2, "fp16": 2e-2, "fp8_ds_mla": 3e-2}
@@ -451,6 +451,36 @@ def _check_tile(kind, tile, device, q_gain=1.0):
                      prob.sm_scale, out, lse, family=None, sm_count=1, fp8_cvt=fp8_cvt,
                      fp8=fmt == "fp8_ds_mla", plan=plan)
         assert_close(out, lse, ref_out, ref_lse, rtol_norm=TOL[fmt])
+
+
+@pytest.mark.parametrize("splits", [1, 3])
+def test_fp8_row_past_fp16_range_never_reads_as_empty(splits, device):
+    """A row holding a value past fp16's range (a valid fp8_ds_mla row: its scales are fp32)
+    overflows the tiles that dequantize into fp16 (``fp8_f16``): every head of the token that
+    reads it gets non-finite output, and no head an lse of -inf, which says "no valid entry"
+    (the kernels once tested l > 0, false for a NaN l); the other token matches the reference."""
+    g = torch.Generator().manual_seed(0)
+    rows = torch.randn(64, 576, generator=g)
+    rows[5, 0] = 7e4
+    kv = quantize_fp8_ds_mla(rows).to(device)
+    q = (torch.randn(2, 16, 576, generator=g) * 1e-3).bfloat16().to(device)
+    idx = torch.randint(6, 64, (2, 32), generator=g, dtype=torch.int32)
+    idx[0, 0] = 5
+    idx = idx.to(device)
+    ref_out, ref_lse = sparse_mla_reference(q, kv, idx, 0.05)
+    fp8_cvt = (configs.fp8_cvt_level(torch.cuda.get_device_capability(device))
+               if device.type == "cuda" else 0)
+    plan = configs.LaunchPlan(tile=configs.TileConfig(16, 32, 4, 2, fp8_f16=True), splits=splits,
+                              fp8_cvt=fp8_cvt)
+    out = torch.empty(2, 16, 512, dtype=torch.bfloat16, device=device)
+    lse = torch.empty(2, 16, dtype=torch.float32, device=device)
+    q_nope, q_pe = api._split_query(q)
+    api._run(q_nope, q_pe, kv, idx, None, None, 0.05, out, lse, family=None, sm_count=1,
+             fp8_cvt=fp8_cvt, fp8=True, plan=plan)
+    assert torch.isfinite(ref_lse).all()
+    assert not out[0].isfinite().all(dim=-1).any(), "a head of token 0 came out finite"
+    assert not lse[0].isneginf().any(), "token 0 read as having no valid entry"
+    assert_close(out[1:], lse[1:], ref_out[1:], ref_lse[1:], rtol_norm=TOL["fp8_ds_mla"])
 
 
 def test_plan_depends_on_shapes_only():

@@ -37,6 +37,11 @@ def call(prob, **over):
     (lambda p: dict(indices=p.indices[0]), ValueError, ["indices", "2 dimensions"]),
     (lambda p: dict(sm_scale=float("nan")), TypeError, ["sm_scale"]),
     (lambda p: dict(sm_scale="0.1"), TypeError, ["sm_scale"]),
+    (lambda p: dict(sm_scale=True), TypeError, ["sm_scale", "True"]),
+    (lambda p: dict(sm_scale=10 ** 400), TypeError, ["sm_scale", "finite"]),
+    (lambda p: dict(sm_scale=3e38), ValueError, ["sm_scale", "2**64", "3e+38"]),
+    (lambda p: dict(q=(p.q[..., :512], p.q[:2, :, :0])), ValueError, ["q_pe", "[3, 8]", "[2, 8]"]),
+    (lambda p: dict(q=(p.q[..., :512], p.q[..., 512:540])), ValueError, ["q_pe", "64", "28"]),
     (lambda p: dict(topk_length=torch.zeros(3, dtype=torch.int64, device=p.kv.device)), TypeError, ["topk_length", "int32"]),
     (lambda p: dict(topk_length=torch.zeros(4, dtype=torch.int32, device=p.kv.device)), ValueError, ["topk_length", "[3]", "[4]"]),
     (lambda p: dict(attn_sink=torch.zeros(7, device=p.kv.device)), ValueError, ["attn_sink", "[8]", "[7]"]),
@@ -80,3 +85,33 @@ def test_interpreter_refused_where_triton_and_numpy_clash(monkeypatch, triton, n
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     with pytest.raises(RuntimeError, match="Triton 3.6"):
         call(make_problem(t=2, h=8, k=16, n=40))
+
+
+def test_fp8_workspace_true_needs_bf16_q_whatever_the_sizes(device):
+    """fp8_workspace=True with an fp16 q is refused also where there is nothing to compute
+    (no tokens, no entries), so a warm-up call does not pass where the real call fails."""
+    prob = make_problem(t=2, h=8, k=16, n=40, fmt="fp8_ds_mla", device=device)
+    for t, k in ((2, 0), (0, 16)):
+        with pytest.raises(ValueError, match="fp8_workspace.*bf16"):
+            call(prob, q=prob.q[:t].half(), indices=prob.indices[:t, :k], fp8_workspace=True)
+
+
+def test_misaligned_fp8_cache_names_its_address(device):
+    prob = make_problem(t=2, h=8, k=16, n=40, fmt="fp8_ds_mla", device=device)
+    buf = torch.zeros(40 * 656 + 2, dtype=torch.uint8, device=device)
+    with pytest.raises(ValueError, match="kv: .*aligned.*address 2 bytes past"):
+        call(prob, kv=buf[2:].view(40, 656))
+
+
+def test_nope_query_tuple_without_q_pe(device):
+    """A NoPE query as ``(q_nope, None)`` or ``(q_nope, [T, H, 0])`` is q_nope alone, in the
+    kernel and in the reference."""
+    from triton_sparse_mla import sparse_mla_reference
+    prob = make_problem(t=2, h=8, k=16, n=40, d_qk=512, device=device)
+    want = call(prob)
+    ref_out, _ = sparse_mla_reference((prob.q, None), prob.kv, prob.indices, prob.sm_scale)
+    for q_pe in (None, prob.q[..., :0]):
+        got = call(prob, q=(prob.q, q_pe))
+        assert torch.equal(got, want)
+    rel = (want.double().cpu() - ref_out).norm() / ref_out.norm()
+    assert rel < 2e-2, rel

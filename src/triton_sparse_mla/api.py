@@ -13,6 +13,9 @@ from .formats import D_NOPE, D_ROPE, D_V, row_format
 from .kernels.attention import gluon_applies, launch_sparse_mla_fwd
 
 _Q_DTYPES = (torch.bfloat16, torch.float16)
+# The largest softmax scale accepted: times log2(e) and 2^8 (an fp16 operand's q scale divided
+# out) it stays far inside fp32.
+SM_SCALE_MAX = 2.0 ** 64
 
 
 def _split_query(q):
@@ -24,17 +27,18 @@ def _split_query(q):
         check_tensor("q[0] (q_nope)", q_nope, dtypes=_Q_DTYPES, rank=3)
         if q_nope.shape[2] != D_NOPE:
             raise ValueError(f"q[0] (q_nope): expected last dimension {D_NOPE}, got {q_nope.shape[2]}")
-        if q_pe is not None and not (isinstance(q_pe, torch.Tensor) and q_pe.dim() == 3 and q_pe.shape[2] == 0):
-            check_tensor("q[1] (q_pe)", q_pe, dtype=q_nope.dtype, rank=3, device=q_nope.device)
-            if q_pe.shape[2] != D_ROPE:
-                raise ValueError(f"q[1] (q_pe): expected last dimension {D_ROPE}, got {q_pe.shape[2]}")
-            if q_pe.shape[:2] != q_nope.shape[:2]:
-                raise ValueError(
-                    f"q[1] (q_pe): expected shape [T, H] = {list(q_nope.shape[:2])} like q_nope, "
-                    f"got {list(q_pe.shape[:2])}"
-                )
-            return q_nope, q_pe
-        return q_nope, None
+        if q_pe is None:
+            return q_nope, None
+        check_tensor("q[1] (q_pe)", q_pe, dtype=q_nope.dtype, rank=3, device=q_nope.device)
+        if q_pe.shape[2] not in (D_ROPE, 0):
+            raise ValueError(f"q[1] (q_pe): expected last dimension {D_ROPE} (0 for a NoPE query), "
+                             f"got {q_pe.shape[2]}")
+        if q_pe.shape[:2] != q_nope.shape[:2]:
+            raise ValueError(
+                f"q[1] (q_pe): expected shape [T, H] = {list(q_nope.shape[:2])} like q_nope, "
+                f"got {list(q_pe.shape[:2])}"
+            )
+        return q_nope, (q_pe if q_pe.shape[2] else None)
     check_tensor("q", q, dtypes=_Q_DTYPES, rank=3)
     if q.shape[2] not in (D_NOPE + D_ROPE, D_NOPE):
         raise ValueError(f"q: expected last dimension {D_NOPE + D_ROPE} or {D_NOPE}, got {q.shape[2]}")
@@ -54,13 +58,15 @@ def sparse_mla_attention(q, kv, indices, sm_scale, *, topk_length=None, attn_sin
     Args:
         q: ``[T, H, D_QK]`` or a tuple ``(q_nope [T, H, 512], q_pe [T, H, D_QK - 512])``;
             bf16 or fp16; any strides with unit stride in the last dimension. ``D_QK`` is 576
-            (512 latent + 64 rope) or 512 (NoPE models).
+            (512 latent + 64 rope) or 512 (NoPE models, whose tuple's ``q_pe`` may also be
+            None).
         kv: the cache as flat rows ``[N, C]`` (or ``[N, 1, C]``), any row stride, unit last
             stride. Either q's dtype with ``C = D_QK``, or uint8 with ``C = 656`` (fp8_ds_mla,
             requires ``D_QK = 576``). Never copied.
         indices: int32 ``[T, K]`` (or ``[T, 1, K]``) row ids into ``kv``. An entry ``< 0`` or
             ``>= N`` is invalid wherever it sits: it contributes nothing and is never read.
-        sm_scale: softmax scale (a finite float).
+        sm_scale: softmax scale, a float (not a bool) of magnitude at most 2**64 (the
+            kernels fold it, times log2(e) and up to 2^8, into an fp32 factor).
         topk_length: optional int32 ``[T]``: only ``indices[t, :topk_length[t]]`` count.
         attn_sink: optional fp32 ``[H]``: the output is scaled by
             ``exp(lse) / (exp(lse) + exp(attn_sink))``; lse itself is unaffected.
@@ -82,7 +88,9 @@ def sparse_mla_attention(q, kv, indices, sm_scale, *, topk_length=None, attn_sin
 
     Returns:
         ``out [T, H, 512]`` in q's dtype, or ``(out, lse)`` with ``return_lse=True``. A row
-        with no valid entry gives ``out = 0`` and ``lse = -inf``.
+        with no valid entry gives ``out = 0`` and ``lse = -inf``. fp8_ds_mla rows are
+        dequantized into fp16 by some tiles (README, "How it works"): a row holding a value
+        past fp16's range (65504) there gives NaN in ``out`` and ``lse``, never ``-inf``.
 
     Raises:
         TypeError / ValueError naming the argument, the expected and the actual value, for a
@@ -118,7 +126,8 @@ def sparse_mla_attention(q, kv, indices, sm_scale, *, topk_length=None, attn_sin
         if kv.stride(0) % 4 != 0 or kv.data_ptr() % 4 != 0:
             raise ValueError(
                 f"kv: fp8_ds_mla rows must start at 4-byte aligned addresses (fp32 scales), got "
-                f"row stride {kv.stride(0)} bytes"
+                f"row stride {kv.stride(0)} bytes from an address {kv.data_ptr() % 4} bytes past "
+                f"a multiple of 4"
             )
     else:
         if kv.dtype != dtype:
@@ -136,8 +145,16 @@ def sparse_mla_attention(q, kv, indices, sm_scale, *, topk_length=None, attn_sin
     if indices.shape[0] != t_count:
         raise ValueError(f"indices: expected T = {t_count} rows (q's tokens), got {indices.shape[0]}")
 
-    if isinstance(sm_scale, torch.Tensor) or not isinstance(sm_scale, Real) or not math.isfinite(sm_scale):
+    if isinstance(sm_scale, (bool, torch.Tensor)) or not isinstance(sm_scale, Real):
+        raise TypeError(f"sm_scale: expected a float, got {sm_scale!r}")
+    try:
+        scale = float(sm_scale)
+    except OverflowError:  # (an int past float's range)
+        scale = math.inf
+    if not math.isfinite(scale):
         raise TypeError(f"sm_scale: expected a finite float, got {sm_scale!r}")
+    if abs(scale) > SM_SCALE_MAX:
+        raise ValueError(f"sm_scale: expected a magnitude of at most 2**64, got {sm_scale!r}")
 
     if topk_length is not None:
         check_tensor("topk_length", topk_length, dtype=torch.int32, rank=1, device=device)
@@ -168,8 +185,9 @@ def sparse_mla_attention(q, kv, indices, sm_scale, *, topk_length=None, attn_sin
 
     family, sm_count, fp8_cvt = device_traits(device, "q")
 
-    if fp8 and t_count > 0 and indices.shape[1] > 0 and workspace.wanted(t_count, dtype,
-                                                                       fp8_workspace):
+    # (wanted first: it refuses fp8_workspace=True with an fp16 q whatever the sizes)
+    if fp8 and workspace.wanted(t_count, dtype, fp8_workspace) and t_count > 0 \
+            and indices.shape[1] > 0:
         # (the in-kernel path it would replace: sm90's Gluon tiles, where they apply, pay less)
         gluon = gluon_applies(q_nope, kv, 0 if q_pe is None else q_pe.shape[2], True, interpreting())
         built = workspace.build(kv, indices, topk_length, fp8_cvt, force=fp8_workspace is True,
@@ -180,7 +198,7 @@ def sparse_mla_attention(q, kv, indices, sm_scale, *, topk_length=None, attn_sin
             kv, indices = built
             fp8 = False
     if t_count > 0:
-        _run(q_nope, q_pe, kv, indices, topk_length, attn_sink, float(sm_scale), out, lse,
+        _run(q_nope, q_pe, kv, indices, topk_length, attn_sink, scale, out, lse,
              family=family, sm_count=sm_count, fp8_cvt=fp8_cvt, fp8=fp8)
     return (out, lse) if return_lse else out
 

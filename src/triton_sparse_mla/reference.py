@@ -31,8 +31,10 @@ def valid_entries(indices: torch.Tensor, n_rows: int, topk_length=None) -> torch
 
 
 def _as_query(q) -> torch.Tensor:
+    """``[T, H, D_QK]`` float64 from q or its tuple (a NoPE tuple's q_pe may be None)."""
     if isinstance(q, (tuple, list)):
-        return torch.cat([q[0].double(), q[1].double()], dim=-1)
+        q_nope, q_pe = q
+        return q_nope.double() if q_pe is None else torch.cat([q_nope.double(), q_pe.double()], dim=-1)
     return q.double()
 
 
@@ -40,7 +42,8 @@ def sparse_mla_reference(q, kv, indices, sm_scale, *, topk_length=None, attn_sin
     """Float64 sparse MLA attention.
 
     Args:
-        q: ``[T, H, D_QK]`` or a tuple ``(q_nope [T, H, 512], q_pe [T, H, D_QK - 512])``.
+        q: ``[T, H, D_QK]`` or a tuple ``(q_nope [T, H, 512], q_pe [T, H, D_QK - 512])``
+            (q_pe None for NoPE).
         kv: cache rows ``[N, C]`` or ``[N, 1, C]`` in any format of :mod:`.formats`.
         indices: ``[T, K]`` or ``[T, 1, K]`` integer row ids.
         sm_scale: softmax scale applied to ``q . x``.

@@ -301,9 +301,10 @@ def sparse_mla_fwd_kernel(
         b_acc3 = tile_update(b_acc3, b_alpha, b_p, b_k3, INTERPRET)
         b_m = b_m_new
 
-    m_nonempty = b_l > 0.0
-    b_inv_l = 1.0 / tl.where(m_nonempty, b_l, 1.0)
-    b_lse2 = tl.where(m_nonempty, b_m + tl.log2(tl.where(m_nonempty, b_l, 1.0)), float("-inf"))
+    # (empty: l == 0, so that a NaN l, from a row past fp16's range, gives NaN and not -inf)
+    m_empty = b_l == 0.0
+    b_inv_l = 1.0 / tl.where(m_empty, 1.0, b_l)
+    b_lse2 = tl.where(m_empty, float("-inf"), b_m + tl.log2(tl.where(m_empty, 1.0, b_l)))
     if PARTIAL:
         p_o = out_ptr + i_t * stride_o_t + i_s * stride_o_s + o_h * stride_o_h
         tl.store(lse_ptr + i_t * stride_lse_t + o_h * stride_lse_h + i_s, b_lse2, mask=m_h)

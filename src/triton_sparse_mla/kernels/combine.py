@@ -62,9 +62,9 @@ def combine_kernel(
     for s in tl.static_range(BLOCK_S):
         b_sum += tl.exp2(tl.load(p_lse + s, mask=_split_mask(m_h, s, n_splits),
                                  other=float("-inf")) - b_max)
-    m_nonempty = b_sum > 0.0
-    b_lse2 = tl.where(m_nonempty, b_max + tl.log2(tl.where(m_nonempty, b_sum, 1.0)), float("-inf"))
-    b_scale = 1.0 / tl.where(m_nonempty, b_sum, 1.0)
+    m_empty = b_sum == 0.0  # (a NaN split lse gives a NaN sum: NaN, not -inf)
+    b_lse2 = tl.where(m_empty, float("-inf"), b_max + tl.log2(tl.where(m_empty, 1.0, b_sum)))
+    b_scale = 1.0 / tl.where(m_empty, 1.0, b_sum)
     if HAS_SINK:
         b_scale = b_scale * sink_factor(b_lse2, tl.load(sink_ptr + o_h, mask=m_h, other=0.0))
     # Every split's rows of these heads (one contiguous run of BLOCK_HC x 2 KB per split),

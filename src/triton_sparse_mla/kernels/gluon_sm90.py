@@ -302,9 +302,10 @@ def _lse_and_scale(b_m, b_l, sink_ptr, lse_ptr, i_t, i_s, h0, n_heads, stride_ls
     layout): the factor each head's output is scaled by (1/l, times the sink's share in the
     final output), and where WRITES_LSE the lse stored (natural log; with PARTIAL the partial
     base-2 lse for kernels/combine.py)."""
-    m_nonempty = b_l > 0.0
-    b_inv_l = 1.0 / gl.where(m_nonempty, b_l, 1.0)
-    b_lse2 = gl.where(m_nonempty, b_m + gl.log2(gl.where(m_nonempty, b_l, 1.0)), float("-inf"))
+    # (empty: l == 0, so that a NaN l, from a row past fp16's range, gives NaN and not -inf)
+    m_empty = b_l == 0.0
+    b_inv_l = 1.0 / gl.where(m_empty, 1.0, b_l)
+    b_lse2 = gl.where(m_empty, float("-inf"), b_m + gl.log2(gl.where(m_empty, 1.0, b_l)))
     o_hs = h0 + gl.arange(0, BLOCK_H, layout=b_m.type.layout)
     m_hs = o_hs < n_heads
     if PARTIAL:

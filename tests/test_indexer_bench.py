@@ -6,7 +6,6 @@ import json
 from dataclasses import asdict
 
 import pytest
-import torch
 
 from triton_sparse_mla import cli
 from triton_sparse_mla.indexer import bench

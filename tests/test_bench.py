@@ -49,3 +49,24 @@ def test_bench_prefill_tokens_option():
     for bad in ("", "512,x", "0,2048"):
         with pytest.raises(SystemExit):
             cli._parser().parse_args(["bench", "--prefill-tokens", bad])
+
+
+def test_bench_options_refused_before_any_work(monkeypatch, capsys):
+    """bench refuses what it cannot honour before it times anything: an unknown format (by
+    name), --plot without matplotlib (naming the extra), and the attention's options with
+    --phase indexer."""
+    import importlib.util
+
+    from triton_sparse_mla import cli
+
+    with pytest.raises(SystemExit):
+        cli._parser().parse_args(["bench", "--formats", "bf16,fp16"])
+    args = cli._parser().parse_args(["bench", "--formats", "fp8_ds_mla", "--preset", "glm5-tp8"])
+    assert {w.fmt for w in cli._bench_workloads(args)} == {"fp8_ds_mla"}
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "matplotlib" else real_find_spec(name, *a))
+    assert cli.main(["bench", "--plot", "roofline.png"]) == 2
+    assert "triton-sparse-mla[bench]" in capsys.readouterr().err
+    assert cli.main(["bench", "--phase", "indexer", "--formats", "bf16", "--no-torch"]) == 2
+    assert "--formats, --no-torch" in capsys.readouterr().err

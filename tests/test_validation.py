@@ -69,6 +69,17 @@ def test_cpu_without_interpreter_is_refused(monkeypatch):
         call(prob)
 
 
+def test_interpreter_asked_for_after_the_import_is_refused(monkeypatch):
+    """TRITON_INTERPRET=1 set after the package defined its kernels for a GPU: a clear error
+    from the call, not Triton's driver error from inside the launch."""
+    from triton_sparse_mla import boundary
+    prob = make_problem(t=2, h=8, k=16, n=40)
+    monkeypatch.setattr(boundary, "INTERPRETED_AT_IMPORT", False)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1 was set after"):
+        call(prob)
+
+
 @pytest.mark.parametrize("triton, numpy, refused", [
     ((3, 6), "2.4.1", True), ((3, 6), "2.3.5", False), ((3, 7), "2.4.1", False)])
 def test_interpreter_refused_where_triton_and_numpy_clash(monkeypatch, triton, numpy, refused):

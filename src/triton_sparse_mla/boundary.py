@@ -18,6 +18,11 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
+# Triton decides whether a kernel runs in its interpreter when it defines it: this package's
+# kernels were defined with this module's import (kernels.attention's with it).
+INTERPRETED_AT_IMPORT = interpreting()
+
+
 def check_interpreter():
     """Triton's interpreter before 3.7 turns one-element arrays into loop bounds with ``int()``,
     which numpy 2.4 rejects: fail with what to install instead of a TypeError from inside it."""
@@ -55,7 +60,13 @@ def device_traits(device: torch.device, name: str) -> tuple[str, int, int]:
         index = device.index if device.index is not None else torch.cuda.current_device()
         return configs.device_traits(index)
     if device.type == "cpu" and interpreting():
+        if not INTERPRETED_AT_IMPORT:
+            raise RuntimeError(
+                f"{name}: CPU tensors run in Triton's interpreter, but TRITON_INTERPRET=1 was set "
+                f"after triton_sparse_mla was imported, when its kernels were already defined for "
+                f"a GPU: set it before the import")
         check_interpreter()
         return "sm90", configs.INTERPRETER_SM_COUNT, 0
     raise ValueError(
-        f"{name}: expected CUDA tensors (or CPU tensors with TRITON_INTERPRET=1), got device {device}")
+        f"{name}: expected CUDA tensors (or CPU tensors with TRITON_INTERPRET=1 set before the "
+        f"import), got device {device}")

@@ -1,8 +1,10 @@
-"""``triton-sparse-mla``: check, benchmark, compile-check, and what vLLM would select."""
+"""triton-sparse-mla: check the kernels on this machine, benchmark them, compile every
+configuration for every GPU family, and show what vLLM would select."""
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 
@@ -31,13 +33,26 @@ def _bench_workloads(args) -> list:
     from . import bench
 
     heads = bench.PRESETS[args.preset]
-    formats = tuple(args.formats.split(","))
+    formats = args.formats or ("bf16", "fp8_ds_mla")
     workloads = []
     if args.phase in ("decode", "all"):
         workloads += bench.decode_workloads(heads, formats)
     if args.phase in ("prefill", "all"):
-        workloads += bench.prefill_workloads(heads, formats, tokens=args.prefill_tokens)
+        workloads += bench.prefill_workloads(heads, formats,
+                                             tokens=args.prefill_tokens or (4096, 16384))
     return workloads
+
+
+def _formats(text: str) -> tuple:
+    """``--formats``: comma-separated KV cache formats of the attention's workloads."""
+    from .bench import ROW_BYTES
+
+    names = tuple(part for part in text.split(",") if part)
+    unknown = [n for n in names if n not in ROW_BYTES]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(f"expected formats among {sorted(ROW_BYTES)} separated by "
+                                         f"commas, got {text!r}")
+    return names
 
 
 def _token_counts(text: str) -> tuple:
@@ -66,27 +81,40 @@ def _cmd_bench(args) -> int:
 
     from . import bench
 
+    if args.phase == "indexer":
+        ignored = [flag for flag, given in (("--formats", args.formats), ("--plot", args.plot),
+                                            ("--no-baseline", args.no_baseline),
+                                            ("--no-torch", args.no_torch),
+                                            ("--prefill-tokens", args.prefill_tokens)) if given]
+        if ignored:
+            print(f"bench --phase indexer: only the attention's phases take {', '.join(ignored)}",
+                  file=sys.stderr)
+            return 2
+    if args.plot and importlib.util.find_spec("matplotlib") is None:
+        print("bench --plot needs matplotlib: pip install 'triton-sparse-mla[bench]'", file=sys.stderr)
+        return 2
     if not torch.cuda.is_available():
         print("bench needs a CUDA GPU", file=sys.stderr)
         return 2
     if args.phase == "indexer":
         from .indexer import bench as indexer_bench
 
-        indexer_bench.run(_indexer_workloads(args), json_path=args.json)
+        indexer_bench.run(_indexer_workloads(args), json_path=args.json or "bench-indexer.json")
         return 0
     workloads = _bench_workloads(args)
-    bench.run_bench(workloads, json_path=args.json, plot_path=args.plot,
+    bench.run_bench(workloads, json_path=args.json or "bench.json", plot_path=args.plot,
                     baseline=not args.no_baseline, torch_baseline=not args.no_torch)
     return 0
 
 
 def _cmd_compile_check(args) -> int:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    argv = ["--json", args.json] if args.json else []
     if env != dict(os.environ):
-        os.execve(sys.executable, [sys.executable, "-m", "triton_sparse_mla.portability"], env)
+        os.execve(sys.executable, [sys.executable, "-m", "triton_sparse_mla.portability", *argv], env)
     from .portability import main
 
-    return main([])
+    return main(argv)
 
 
 def _cmd_vllm(args) -> int:
@@ -99,26 +127,47 @@ def _cmd_vllm(args) -> int:
     return 0
 
 
+# bench's presets (bench.PRESETS' head counts), as the help describes them
+_PRESET_HELP = {
+    "all": "8, 16, 32, 64 and 128",
+    "glm5-tp8": "8 (GLM-5 at TP8)",
+    "deepseek-v32-tp8": "16 (DeepSeek-V3.2 at TP8)",
+    "tp4": "32 (a 128-head model at TP4)",
+    "glm5-tp1": "64 (GLM-5 at TP1)",
+    "deepseek-v32-tp1": "128 (DeepSeek-V3.2 at TP1)",
+}
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="triton-sparse-mla", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("check", help="run the kernels on embedded problems against the float64 reference")
+    sub.add_parser("check", help="run the kernels on embedded problems against the float64 reference "
+                                 "(on a CPU through Triton's interpreter)")
     p = sub.add_parser("bench", help="time the kernels (and FlashMLA when importable) on this GPU")
     p.add_argument("--phase", choices=["decode", "prefill", "all", "indexer"], default="decode",
                    help="the attention's decode or prefill workloads, or both (all); or the DSA "
-                        "indexer's scores (indexer: beside DeepGEMM where it runs)")
-    p.add_argument("--preset", choices=["all", "deepseek-v32-tp1", "deepseek-v32-tp8", "glm5-tp1", "glm5-tp8", "tp4"],
-                   default="all", help="head counts: a model at a tensor-parallel size, or all")
-    p.add_argument("--formats", default="bf16,fp8_ds_mla")
-    p.add_argument("--prefill-tokens", type=_token_counts, default=(4096, 16384), metavar="T,T,...",
-                   help="query tokens of the prefill workloads (default 4096,16384); vLLM 0.34's "
+                        "indexer's scores (indexer: beside DeepGEMM where it runs) (default: decode)")
+    p.add_argument("--preset", choices=list(_PRESET_HELP), default="all",
+                   help="head counts: " + "; ".join(f"{k}: {v}" for k, v in _PRESET_HELP.items())
+                        + " (default: all). With --phase indexer a model's preset runs its "
+                          "indexer's heads (DeepSeek-V3.2 64, GLM-5 32), any other both")
+    p.add_argument("--formats", type=_formats, default=None, metavar="F,F,...",
+                   help="KV cache formats of the attention's workloads, among bf16 and fp8_ds_mla "
+                        "(default: both)")
+    p.add_argument("--prefill-tokens", type=_token_counts, default=None, metavar="T,T,...",
+                   help="query tokens of the prefill workloads (default: 4096,16384); vLLM 0.34's "
                         "ShardQ runs T/tp tokens with every rank's heads: e.g. --preset glm5-tp1 "
                         "--prefill-tokens 512,2048 beside --preset glm5-tp8")
-    p.add_argument("--json", default="bench.json", help="where to write the full results")
-    p.add_argument("--plot", default=None, help="also draw a roofline PNG here")
+    p.add_argument("--json", default=None, metavar="FILE",
+                   help="where to write the full results, after every workload (default: bench.json, "
+                        "bench-indexer.json with --phase indexer)")
+    p.add_argument("--plot", default=None, metavar="PNG",
+                   help="also draw a roofline plot here (needs matplotlib: the bench extra)")
     p.add_argument("--no-baseline", action="store_true", help="skip FlashMLA")
     p.add_argument("--no-torch", action="store_true", help="skip the plain-PyTorch baseline")
-    sub.add_parser("compile-check", help="compile every configuration for sm80..sm120; check shared memory")
+    p = sub.add_parser("compile-check", help="compile every configuration for sm80..sm120 (a few "
+                                             "minutes on a CPU); check shared memory")
+    p.add_argument("--json", default=None, metavar="FILE", help="also write every record here")
     sub.add_parser("vllm", help="show which attention backend vLLM would select here, and why")
     return parser
 

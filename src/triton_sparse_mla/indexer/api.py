@@ -117,7 +117,8 @@ def paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, width, *,
         weights: ``[B * next_n, H]`` float32.
         context_lens: ``[B]`` or ``[B, next_n]`` int32.
         block_tables: ``[B, max_blocks]`` int32; only the blocks below a request's largest
-            limit are read.
+            limit are read, and each of those entries must name a block of ``kv_cache`` (not
+            checked on the device, as vLLM's kernel does not).
         width: the output's columns (vLLM's ``max_model_len``).
         out: optional ``[B * next_n, width]`` float32 to write into.
 

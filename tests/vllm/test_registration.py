@@ -67,3 +67,60 @@ def test_untested_vllm_version_warns(registered, monkeypatch):
         registration.logger.removeHandler(handler)
     warnings = [r.getMessage() for r in records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "vLLM 0.99.0: not tested" in warnings[0], warnings
+
+
+def test_registration_failure_leaves_vllm_running(monkeypatch):
+    """vLLM calls the plugin's register() unguarded: where its internals are not what the
+    plugin uses, one warning and no exception, so vLLM runs on without the backend."""
+    import logging
+
+    import triton_sparse_mla.vllm_plugin as plugin
+    from triton_sparse_mla.vllm_plugin import registration
+
+    def broken():
+        raise AttributeError("type object 'AttentionBackendEnum' has no attribute 'is_overridden'")
+
+    monkeypatch.setattr(plugin, "_registered", False)
+    monkeypatch.setattr(registration, "register_with_vllm", broken)
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = logging.getLogger("vllm.plugins.triton_sparse_mla")
+    logger.addHandler(handler)
+    try:
+        plugin.register()
+    finally:
+        logger.removeHandler(handler)
+    assert plugin._registered is False
+    messages = [r.getMessage() for r in records if r.levelno == logging.WARNING]
+    assert len(messages) == 1 and "is_overridden" in messages[0], messages
+
+
+def test_selection_failure_keeps_vllms_choice(model_dirs, registered, cuda_platform, monkeypatch):
+    """An error while offering the backend leaves vLLM's candidates as vLLM made them, with one
+    warning."""
+    import torch
+    from vllm.config import set_current_vllm_config
+    from vllm.platforms.interface import DeviceCapability
+    from vllm.v1.attention.selector import AttentionSelectorConfig
+
+    from conftest import make_vllm_config
+    from triton_sparse_mla.vllm_plugin import registration
+
+    selector = AttentionSelectorConfig(head_size=576, dtype=torch.bfloat16, kv_cache_dtype="fp8_ds_mla",
+                                       block_size=64, use_mla=True, use_sparse=True)
+    cap = DeviceCapability(8, 6)
+
+    def broken(*args):
+        raise ImportError("cannot import name '_BackendCandidate'")
+
+    monkeypatch.setattr(registration, "_logged", set())
+    with set_current_vllm_config(make_vllm_config(model_dirs["deepseek_v32"], kv_cache_dtype="fp8_ds_mla")):
+        want = cuda_platform.get_valid_backends.__func__.__wrapped__(cuda_platform, cap, selector, 16)
+        assert "TRITON_MLA_SPARSE" in [c.backend.name for c in
+                                       cuda_platform.get_valid_backends(cap, selector, num_heads=16)[0]]
+        monkeypatch.setattr(registration, "_offer_backend", broken)
+        got = cuda_platform.get_valid_backends(cap, selector, num_heads=16)
+    assert [c.backend for c in got[0]] == [c.backend for c in want[0]]
+    assert set(got[1]) == set(want[1])
+    assert any("_BackendCandidate" in m for _, m in registration._logged)

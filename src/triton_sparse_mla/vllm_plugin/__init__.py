@@ -17,12 +17,21 @@ _registered = False
 def register() -> None:
     """Register ``TRITON_MLA_SPARSE`` (and the ``CUSTOM`` alias) with vLLM.
 
-    Idempotent: a second call in the same process does nothing. Creates no CUDA context.
+    Idempotent: a second call in the same process does nothing. Creates no CUDA context. A
+    vLLM whose internals it cannot use gets one warning, and runs on without the backend.
     """
     global _registered
     if _registered:
         return
-    from .registration import register_with_vllm
+    try:
+        from .registration import register_with_vllm
 
-    register_with_vllm()
+        register_with_vllm()
+    except Exception as exc:  # (vLLM calls this unguarded: a failure here would stop it for every model)
+        import logging
+
+        logging.getLogger("vllm.plugins.triton_sparse_mla").warning(
+            "triton-sparse-mla: not registered with this vLLM, which runs without %s (%s: %s)",
+            BACKEND_NAME, type(exc).__name__, exc)
+        return
     _registered = True

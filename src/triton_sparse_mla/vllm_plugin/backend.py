@@ -11,7 +11,7 @@ import torch
 from vllm.v1.attention.backend import AttentionBackend, MultipleOf
 from vllm.v1.attention.backends.mla.sparse_utils import align_blocks_to_rows
 
-from .selection import BACKEND_NAME, MIN_CAPABILITY_MAJOR
+from .selection import BACKEND_NAME, FP8_ALIASES, MIN_CAPABILITY_MAJOR
 
 KV_LORA_RANK = 512
 ROPE_DIM = 64
@@ -28,7 +28,10 @@ class TritonMLASparseBackend(AttentionBackend):
     """
 
     supported_dtypes: ClassVar[list[torch.dtype]] = [torch.bfloat16, torch.float16]
-    supported_kv_cache_dtypes: ClassVar[list[str]] = ["auto", "bfloat16", "float16", "fp8_ds_mla"]
+    # The caches the impl reads, and the fp8 spellings vLLM resolves to fp8_ds_mla when it builds
+    # a layer of ours (registration.install_cache_dtype_hook, as it does for FLASHMLA_SPARSE).
+    cache_dtypes: ClassVar[tuple[str, ...]] = ("auto", "bfloat16", "float16", "fp8_ds_mla")
+    supported_kv_cache_dtypes: ClassVar[list[str]] = [*cache_dtypes, *FP8_ALIASES]
 
     @staticmethod
     def get_name() -> str:
@@ -85,6 +88,11 @@ class TritonMLASparseBackend(AttentionBackend):
         device_capability,
     ) -> str | None:
         cache = kv_cache_dtype or "auto"
+        if cache.startswith(("fp8", "nvfp4")) and cache not in ("fp8_ds_mla", *_fp8_aliases()):
+            return (f"{BACKEND_NAME} reads a quantized cache only as fp8_ds_mla: pass --kv-cache-dtype "
+                    f"fp8_ds_mla, got {cache}")
+        if _hisparse():
+            return f"{BACKEND_NAME} does not serve HiSparse (attention_config.hisparse_config is set)"
         if cache in ("bfloat16", "float16") and cache != str(dtype).removeprefix("torch."):
             return f"{BACKEND_NAME} needs the kv-cache dtype to match the model dtype, got {cache} cache with {dtype}"
         if head_size == KV_LORA_RANK:
@@ -92,6 +100,25 @@ class TritonMLASparseBackend(AttentionBackend):
             if rope not in (None, 0):
                 return f"{BACKEND_NAME} serves head_size 512 only for NoPE models, got qk_rope_head_dim={rope}"
         return None
+
+
+def _fp8_aliases() -> tuple[str, ...]:
+    """The fp8 spellings this process resolves to fp8_ds_mla: none where the hook is not
+    installed (a vLLM without the function it wraps)."""
+    from .registration import cache_dtype_hook_active
+
+    return FP8_ALIASES if cache_dtype_hook_active() else ()
+
+
+def _hisparse() -> bool:
+    """Whether the configuration being built asks for HiSparse (vLLM 0.33's host-staged
+    sparse cache, whose prefill staging plan the base metadata builder makes only beside a
+    dense prefill backend, which this one has not)."""
+    from vllm.config import get_current_vllm_config_or_none
+
+    config = get_current_vllm_config_or_none()
+    attention = None if config is None else getattr(config, "attention_config", None)
+    return getattr(attention, "hisparse_config", None) is not None
 
 
 def _model_rope_dim() -> int | None:

@@ -113,10 +113,10 @@ class TritonMLASparseImpl(SparseMLACommonImpl[TritonMLASparseMetadata]):
         **mla_args,
     ) -> None:
         _check_features(alibi_slopes, sliding_window, logits_soft_cap, attn_type)
-        if kv_cache_dtype not in TritonMLASparseBackend.supported_kv_cache_dtypes:
+        if kv_cache_dtype not in TritonMLASparseBackend.cache_dtypes:
             raise ValueError(
                 f"{BACKEND_NAME}: kv_cache_dtype must be one of "
-                f"{TritonMLASparseBackend.supported_kv_cache_dtypes}, got {kv_cache_dtype!r} "
+                f"{list(TritonMLASparseBackend.cache_dtypes)}, got {kv_cache_dtype!r} "
                 "(pass --kv-cache-dtype fp8_ds_mla for the fp8 cache)"
             )
         if head_size not in TritonMLASparseBackend.get_supported_head_sizes():

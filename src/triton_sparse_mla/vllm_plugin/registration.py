@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 import sys
 
-from .selection import (BACKEND_CLASS_PATH, BACKEND_NAME, rank_backend, select_mode, vllm_tested,
-                        vllm_version_note)
+from .selection import (BACKEND_CLASS_PATH, BACKEND_NAME, FP8_ALIASES, rank_backend, select_mode,
+                        vllm_tested, vllm_version_note)
 
 # A child of the "vllm" logger, so the line shows with vLLM's own handler and format.
 logger = logging.getLogger("vllm.plugins.triton_sparse_mla")
@@ -48,6 +48,52 @@ def register_with_vllm() -> None:
             BACKEND_NAME,
         )
     install_selector_hook()
+    install_cache_dtype_hook()
+
+
+def _canonicalize_module():
+    """vLLM's module holding ``_canonicalize_sparse_mla_kv_cache_dtype`` (0.33, 0.34), or None."""
+    try:
+        from vllm.model_executor.layers.attention import mla_attention
+    except ImportError:
+        return None
+    return mla_attention if hasattr(mla_attention, "_canonicalize_sparse_mla_kv_cache_dtype") else None
+
+
+def install_cache_dtype_hook() -> bool:
+    """Have vLLM read ``--kv-cache-dtype fp8`` / ``fp8_e4m3`` as fp8_ds_mla for a layer of ours.
+
+    vLLM resolves a sparse-MLA layer's cache dtype by its backend's name when it builds the
+    layer (``_canonicalize_sparse_mla_kv_cache_dtype``, called at the time, from its module):
+    FLASHMLA_SPARSE turns any fp8 spelling into fp8_ds_mla, FLASHINFER_MLA_SPARSE_SM120 also
+    ``auto``. Without this, ``fp8`` (the usual spelling, and what GLM-5's config picks on SM100)
+    would reject ours, and vLLM would fall back to a native backend where it has one. Wrapped
+    once; returns whether it is active."""
+    module = _canonicalize_module()
+    if module is None:
+        _log_once("cache-dtype", "this vLLM has no _canonicalize_sparse_mla_kv_cache_dtype: "
+                  f"pass --kv-cache-dtype fp8_ds_mla for the fp8 cache ({', '.join(FP8_ALIASES)} "
+                  "are refused)", level=logging.WARNING)
+        return False
+    original = module._canonicalize_sparse_mla_kv_cache_dtype
+    if getattr(original, _HOOK_MARK, False):
+        return True
+
+    def canonicalize(attn_backend, kv_cache_dtype):
+        if attn_backend.get_name() == BACKEND_NAME and kv_cache_dtype in FP8_ALIASES:
+            return "fp8_ds_mla"
+        return original(attn_backend, kv_cache_dtype)
+
+    setattr(canonicalize, _HOOK_MARK, True)
+    canonicalize.__wrapped__ = original
+    module._canonicalize_sparse_mla_kv_cache_dtype = canonicalize
+    return True
+
+
+def cache_dtype_hook_active() -> bool:
+    """Whether :func:`install_cache_dtype_hook`'s wrapper is in place."""
+    module = _canonicalize_module()
+    return module is not None and getattr(module._canonicalize_sparse_mla_kv_cache_dtype, _HOOK_MARK, False)
 
 
 def _cuda_platform_base():
@@ -81,7 +127,11 @@ def install_selector_hook() -> bool:
     def get_valid_backends(cls, device_capability, attn_selector_config, num_heads=None):
         valid, invalid = original(cls, device_capability, attn_selector_config, num_heads)
         if attn_selector_config.use_mla and attn_selector_config.use_sparse:
-            _offer_backend(valid, invalid, device_capability, attn_selector_config)
+            try:
+                _offer_backend(valid, invalid, device_capability, attn_selector_config)
+            except Exception as exc:  # (vLLM's own choice stands; never break its selection)
+                _log_once("offer", f"{BACKEND_NAME} not offered: {type(exc).__name__}: {exc}",
+                          level=logging.WARNING)
         return valid, invalid
 
     setattr(get_valid_backends, _HOOK_MARK, True)
@@ -125,6 +175,12 @@ def _offer_backend(valid, invalid, device_capability, attn_selector_config) -> N
         chosen = min(valid, key=lambda c: c.priority).backend.name
         why = f"{BACKEND_NAME} rejected: {'; '.join(reasons)}" if reasons else ranking.reason
         _log_once(sm, f"sparse MLA on {sm}: {chosen} chosen ({why})")
+        if chosen == BACKEND_NAME and device_capability.major == 12 and \
+                (attn_selector_config.kv_cache_dtype or "auto") == "auto":
+            _log_once(sm, "the cache is bf16 (1152 bytes a token and layer) with --kv-cache-dtype "
+                      "auto; FLASHINFER_MLA_SPARSE_SM120, which this replaces, makes auto "
+                      "fp8_ds_mla (656): pass --kv-cache-dtype fp8_ds_mla for 1.76x the tokens",
+                      level=logging.WARNING)
     else:
         _log_once(sm, f"sparse MLA on {sm}: no valid backend; {BACKEND_NAME}: {'; '.join(reasons)}")
 

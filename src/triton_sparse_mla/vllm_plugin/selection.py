@@ -20,6 +20,10 @@ SELECT_ENV = "TRITON_SPARSE_MLA_SELECT"
 
 SELECT_MODES = ("auto", "off", "force")
 
+FP8_ALIASES = ("fp8", "fp8_e4m3")
+"""``--kv-cache-dtype`` spellings of an fp8 cache that a layer of ours reads as fp8_ds_mla (as
+vLLM's FLASHMLA_SPARSE does; GLM-5's config picks fp8_e4m3 on SM100)."""
+
 MIN_CAPABILITY_MAJOR = 8
 """Triton's tensor-core and bf16 paths the kernels use need SM80 or newer."""
 

@@ -168,3 +168,12 @@ def test_sm12x_auto_cache_warns(model_dirs, registered, cuda_platform, monkeypat
     finally:
         registration.logger.removeHandler(handler)
     assert "--kv-cache-dtype fp8_ds_mla" in warnings[0]
+
+
+def test_selector_refuses_a_wrong_select_value(model_dirs, registered, cuda_platform, monkeypatch):
+    """A wrong TRITON_SPARSE_MLA_SELECT stops selection with an error naming it (not a
+    warning that the backend was left out)."""
+    monkeypatch.setenv("TRITON_SPARSE_MLA_SELECT", "sometimes")
+    config = make_vllm_config(model_dirs["deepseek_v32"], kv_cache_dtype="fp8_ds_mla")
+    with pytest.raises(ValueError, match="TRITON_SPARSE_MLA_SELECT"):
+        _chosen(cuda_platform, config, (8, 6), "fp8_ds_mla")

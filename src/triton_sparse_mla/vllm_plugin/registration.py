@@ -127,8 +127,9 @@ def install_selector_hook() -> bool:
     def get_valid_backends(cls, device_capability, attn_selector_config, num_heads=None):
         valid, invalid = original(cls, device_capability, attn_selector_config, num_heads)
         if attn_selector_config.use_mla and attn_selector_config.use_sparse:
+            mode = select_mode()  # (a wrong TRITON_SPARSE_MLA_SELECT is the user's: raised)
             try:
-                _offer_backend(valid, invalid, device_capability, attn_selector_config)
+                _offer_backend(valid, invalid, device_capability, attn_selector_config, mode)
             except Exception as exc:  # (vLLM's own choice stands; never break its selection)
                 _log_once("offer", f"{BACKEND_NAME} not offered: {type(exc).__name__}: {exc}",
                           level=logging.WARNING)
@@ -140,7 +141,7 @@ def install_selector_hook() -> bool:
     return True
 
 
-def _offer_backend(valid, invalid, device_capability, attn_selector_config) -> None:
+def _offer_backend(valid, invalid, device_capability, attn_selector_config, mode) -> None:
     """Add ``TRITON_MLA_SPARSE`` to vLLM's candidates in place (list of candidates, dict of reasons)."""
     from vllm.platforms.cuda import _BackendCandidate
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
@@ -149,7 +150,7 @@ def _offer_backend(valid, invalid, device_capability, attn_selector_config) -> N
     listed = {c.backend for c in valid} | set(invalid)
     if member in listed:
         return
-    ranking = rank_backend(device_capability.major, select_mode())
+    ranking = rank_backend(device_capability.major, mode)
     sm = f"sm_{device_capability.major}{device_capability.minor}"
     if ranking.rank == "absent":
         _log_once(sm, f"{BACKEND_NAME} not offered on {sm}: {ranking.reason}")

@@ -21,7 +21,7 @@ import triton
 import triton.language as tl
 
 from ..hostmath import cdiv, next_power_of_2
-from ..kernels.common import LAUNCH_OPTIONS, e4m3_rows_operand, e4m3_unit, mma
+from ..kernels.common import LAUNCH_OPTIONS, e4m3_rows_operand, e4m3_unit, mma, scalar_mask
 from .flat import fp8_dot
 from .knobs import int_knob
 from .rows import rows_by_heads
@@ -116,7 +116,8 @@ def paged_mqa_logits_kernel(
     # in the block's own step, as runs 272-282 ran.
     if SCALES_AHEAD:  # (the program's first block's scales, its second block's table entry)
         b_scale_next = tl.load(_scales_at(cache_ptr, _table_entry(p_table, i_s, n_used), stride_cb,
-                                          o_t, BLOCK_SIZE * D), mask=i_s < n_used, other=0.0)
+                                          o_t, BLOCK_SIZE * D),
+                               mask=scalar_mask(o_t, i_s < n_used), other=0.0)
         blk_after = _table_entry(p_table, i_s + n_programs, n_used)
     for i_blk in range(i_s, n_used, n_programs):
         blk = tl.load(p_table + i_blk).to(tl.int64)
@@ -126,7 +127,7 @@ def paged_mqa_logits_kernel(
         if SCALES_AHEAD:
             b_scale = b_scale_next
             b_scale_next = tl.load(_scales_at(cache_ptr, blk_after, stride_cb, o_t, BLOCK_SIZE * D),
-                                   mask=i_blk + n_programs < n_used, other=0.0)
+                                   mask=scalar_mask(o_t, i_blk + n_programs < n_used), other=0.0)
             blk_after = _table_entry(p_table, i_blk + 2 * n_programs, n_used)
         else:
             b_scale = tl.load(_scales_at(cache_ptr, blk, stride_cb, o_t, BLOCK_SIZE * D))

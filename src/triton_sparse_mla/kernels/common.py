@@ -35,6 +35,14 @@ FP8_CVT_F32 = tl.constexpr(1)
 
 
 @triton.jit
+def scalar_mask(offsets, cond):
+    """A mask of ``offsets``' shape (non-negative offsets): all true where the scalar ``cond``
+    holds, else all false. (A scalar mask does the same on a GPU, but Triton 3.9's interpreter
+    splats a scalar bool as int32 and then refuses it as a mask.)"""
+    return offsets >= tl.where(cond, 0, 1 << 30)
+
+
+@triton.jit
 def e4m3_to_f16(b_raw, FP8_CVT: tl.constexpr, EXACT: tl.constexpr = True):
     """Decode float8_e4m3fn bytes (uint8 tile) to float16, exactly (every e4m3 value is an
     fp16 value).

@@ -21,7 +21,7 @@ import triton
 import triton.language as tl
 
 from .. import formats
-from .common import LAUNCH_OPTIONS
+from .common import LAUNCH_OPTIONS, scalar_mask
 from .e4m3_encode import f32_to_e4m3_bits
 
 E4M3_MAX = tl.constexpr(formats.E4M3_MAX)
@@ -93,7 +93,7 @@ def indexer_rows_kernel(x_ptr, ln_w_ptr, ln_b_ptr, cos_sin_ptr, pos_ptr, out_ptr
     codes = f32_to_e4m3_bits(tl.div_rn(y, scale)).to(tl.uint8)
     if slot_ptr is not None:
         base, at, written = slot_place(slot_ptr, i_t, block_size, block_stride)
-        tl.store(out_ptr + base + at * D + o, codes, mask=written)
+        tl.store(out_ptr + base + at * D + o, codes, mask=scalar_mask(o, written))
         p_scale = out_ptr + base + block_size * D + 4 * at
         tl.store(p_scale.to(tl.pointer_type(tl.float32), bitcast=True), scale, mask=written)
     else:
@@ -142,13 +142,15 @@ def ds_mla_rows_kernel(kv_ptr, w_ptr, kpe_ptr, out_ptr, slot_ptr, eps, block_siz
     scale = pow2_ceil(tl.maximum(tl.max(tl.abs(y), axis=1) * (1.0 / E4M3_MAX), DS_MLA_MIN_SCALE))
     p_out = out_ptr + base + at * row_stride
     codes = f32_to_e4m3_bits(tl.div_rn(y, scale[:, None])).to(tl.uint8)
-    tl.store(p_out + tl.reshape(tl.arange(0, LAT), [LAT // TILE, TILE]), codes, mask=written)
-    tl.store((p_out + LAT).to(tl.pointer_type(tl.float32), bitcast=True)
-             + tl.arange(0, LAT // TILE), scale, mask=written)
+    o_codes = tl.reshape(tl.arange(0, LAT), [LAT // TILE, TILE])
+    tl.store(p_out + o_codes, codes, mask=scalar_mask(o_codes, written))
+    o_scales = tl.arange(0, LAT // TILE)
+    tl.store((p_out + LAT).to(tl.pointer_type(tl.float32), bitcast=True) + o_scales, scale,
+             mask=scalar_mask(o_scales, written))
     o_pe = tl.arange(0, D_PE)
     rope = tl.load(kpe_ptr + i_t * stride_kpe + o_pe).to(tl.bfloat16)
     tl.store((p_out + LAT + 4 * (LAT // TILE)).to(tl.pointer_type(tl.bfloat16), bitcast=True) + o_pe,
-             rope, mask=written)
+             rope, mask=scalar_mask(o_pe, written))
 
 
 def _check_slots(slots: torch.Tensor, t: int) -> None:

@@ -90,7 +90,8 @@ def sparse_mla_attention(q, kv, indices, sm_scale, *, topk_length=None, attn_sin
         ``out [T, H, 512]`` in q's dtype, or ``(out, lse)`` with ``return_lse=True``. A row
         with no valid entry gives ``out = 0`` and ``lse = -inf``. fp8_ds_mla rows are
         dequantized into fp16 by some tiles (README, "How it works"): a row holding a value
-        past fp16's range (65504) there gives NaN in ``out`` and ``lse``, never ``-inf``.
+        past fp16's range (65504) there gives the heads that read it non-finite ``out`` and an
+        ``lse`` not to be trusted (NaN where the overflow reaches the sum), never ``-inf``.
 
     Raises:
         TypeError / ValueError naming the argument, the expected and the actual value, for a

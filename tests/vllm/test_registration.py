@@ -124,3 +124,20 @@ def test_selection_failure_keeps_vllms_choice(model_dirs, registered, cuda_platf
     assert [c.backend for c in got[0]] == [c.backend for c in want[0]]
     assert set(got[1]) == set(want[1])
     assert any("_BackendCandidate" in m for _, m in registration._logged)
+
+
+def test_backend_name_reaches_a_fresh_process(registered):
+    """A configuration naming TRITON_MLA_SPARSE, pickled, loads in a process that has not
+    loaded vLLM's plugins (a spawned or Ray worker reads it first) as that backend."""
+    import pickle
+
+    from vllm.config import AttentionConfig
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    blob = pickle.dumps(AttentionConfig(backend=AttentionBackendEnum["TRITON_MLA_SPARSE"]))
+    code = ("import pickle, sys; c = pickle.loads(sys.stdin.buffer.read()); "
+            "from triton_sparse_mla.vllm_plugin.backend import TritonMLASparseBackend as B; "
+            "print(c.backend.name, c.backend.get_class() is B)")
+    proc = subprocess.run([sys.executable, "-c", code], input=blob, capture_output=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    assert proc.stdout.decode().split() == ["TRITON_MLA_SPARSE", "True"], proc.stdout

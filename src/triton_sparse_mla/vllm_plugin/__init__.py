@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .selection import BACKEND_NAME, SELECT_ENV
 
-__all__ = ["register", "BACKEND_NAME", "SELECT_ENV"]
+__all__ = ["register", "backend_member", "BACKEND_NAME", "SELECT_ENV"]
 
 _registered = False
 
@@ -35,3 +35,13 @@ def register() -> None:
             BACKEND_NAME, type(exc).__name__, exc)
         return
     _registered = True
+
+
+def backend_member():
+    """vLLM's ``AttentionBackendEnum`` member ``TRITON_MLA_SPARSE``, registering it first: how
+    the member unpickles (``registration.register_with_vllm`` sets it), so that a configuration
+    naming it reaches spawned and Ray workers, which read it before vLLM loads plugins."""
+    register()
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    return AttentionBackendEnum[BACKEND_NAME]

@@ -37,6 +37,11 @@ def register_with_vllm() -> None:
     # register_backend(name, ...) raises when the member exists: guard for idempotence.
     if BACKEND_NAME not in AttentionBackendEnum.__members__:
         register_backend(BACKEND_NAME, BACKEND_CLASS_PATH)
+    # An enum member pickles as its value (here the class path), which a process that has not
+    # loaded plugins yet cannot look up: this one pickles as a call that registers it first.
+    from . import backend_member
+
+    AttentionBackendEnum[BACKEND_NAME].__reduce_ex__ = lambda protocol: (backend_member, ())
     custom = AttentionBackendEnum.CUSTOM
     if not custom.is_overridden():
         register_backend(custom, BACKEND_CLASS_PATH)

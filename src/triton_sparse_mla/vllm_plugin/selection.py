@@ -123,6 +123,5 @@ def describe_selection(environ=None) -> str:
         lines.append(f"    DSA indexer scores: {describe_indexer(capability, environ)}")
     lines.append(f"KV cache: --kv-cache-dtype fp8_ds_mla (656 bytes a token and layer; "
                  f"{' and '.join(FP8_ALIASES)} are read as it), or the model's dtype (auto; 1152 bytes)")
-    lines.append(f"force it with --attention-backend CUSTOM (works with spawn/Ray workers) or "
-                 f"{SELECT_ENV}=force")
+    lines.append(f"force it with --attention-backend {BACKEND_NAME} (or CUSTOM) or {SELECT_ENV}=force")
     return "\n".join(lines)

@@ -296,10 +296,12 @@ def test_gluon_runs_where_it_applies(device, monkeypatch):
     assert (gluon_kernels(tile, q, kv, 64, False, interpret) is not None) == sm90
     assert (gluon_kernels(tile, q, kv8, 64, True, interpret) is not None) == sm90
     assert gluon_kernels(dataclasses.replace(tile, gluon=False), q, kv, 64, False, interpret) is None
-    assert gluon_kernels(tile, q, kv[:, :512], 0, False, interpret) is None  # NoPE
-    assert gluon_kernels(tile, q.half(), kv8, 64, True, interpret) is None  # fp16 q, fp8 rows
+    # (the refusals with interpret=False, so that they are checked on a CPU too: each is decided
+    # before the device's capability is asked)
+    assert gluon_kernels(tile, q, kv[:, :512], 0, False, False) is None  # NoPE
+    assert gluon_kernels(tile, q.half(), kv8, 64, True, False) is None  # fp16 q, fp8 rows
     wide = torch.zeros(10, 584, dtype=torch.bfloat16, device=device)[:, :576]
-    assert gluon_kernels(tile, q, wide, 64, False, interpret) is None  # row stride 584
+    assert gluon_kernels(tile, q, wide, 64, False, False) is None  # row stride 584
     narrow = configs.TileConfig(16, 64, 4, 2, gluon=True)  # either row format
     assert (gluon_kernels(narrow, q, kv8, 64, True, interpret) is not None) == sm90
     assert (gluon_kernels(narrow, q, kv, 64, False, interpret) is not None) == sm90
@@ -313,10 +315,10 @@ def test_gluon_runs_where_it_applies(device, monkeypatch):
     # few-head ones' fallback (the Triton tiles they replaced, two programs per SM), the 64-head
     # ones' own shape without Gluon (fp8 operands as the Triton kernel ran them)
     assert gluon_applies(q, kv8, 64, True, interpret) == sm90
-    assert not gluon_applies(q.half(), kv8, 64, True, interpret)
+    assert not gluon_applies(q.half(), kv8, 64, True, False)
     monkeypatch.setenv("TRITON_SPARSE_MLA_GLUON", "0")
-    assert gluon_kernels(tile, q, kv, 64, False, interpret) is None
-    assert not gluon_applies(q, kv8, 64, True, interpret)
+    assert gluon_kernels(tile, q, kv, 64, False, False) is None
+    assert not gluon_applies(q, kv8, 64, True, False)
     for h, shape in ((8, (16, 32, 3)), (16, (16, 32, 3)), (32, (32, 32, 2))):
         plan = configs.plan_launch("sm90", 132, 1, t_count=128, h_count=h, topk=2048, fp8=True,
                                    gluon=False)

@@ -31,9 +31,13 @@ def _pow2_ceil(v):
 
 def _rounded_once(got, exact, scale):
     """The bytes of ``exact / scale`` rounded to e4m3, but for a few (fp32 arithmetic can cross
-    a midpoint)."""
-    differ = got != (exact / scale).to(FP8).view(torch.uint8)
+    a midpoint), each of those the neighbouring code of the same sign and never NaN's."""
+    want = (exact / scale).to(FP8).view(torch.uint8)
+    differ = got != want
     assert differ.sum() <= max(2, differ.numel() // 200), f"{int(differ.sum())} of {differ.numel()} differ"
+    g, w = got[differ].int(), want[differ].int()
+    assert torch.all(((g ^ w) & 0x80) == 0) and torch.all((g - w).abs() == 1), (g, w)
+    assert torch.all((g & 0x7F) != 0x7F), "a NaN byte"
 
 
 @pytest.mark.parametrize("interleave", [False, True], ids=["neox", "interleaved"])

@@ -30,6 +30,7 @@ CASES = [
     pytest.param("deepseek_v32", "fp8_ds_mla", 4, 64, id="dsv32-fp8-H4"),
     pytest.param("glm_moe_dsa", "fp8_ds_mla", 8, 64, id="glm5-fp8-H8"),
     pytest.param("glm_moe_dsa", "auto", 3, 0, id="nope512-bf16-H3"),
+    pytest.param("glm_moe_dsa", "fp8_ds_mla", 3, 0, id="nope512-fp8-H3"),
     # 64 heads (DeepSeek-V3.2 at TP2, or data-parallel attention) and 14 tokens: the sm90 tables'
     # 64-head tile, the Gluon kernel on an SM90 GPU (kernels/gluon_sm90.py) and elsewhere the
     # Triton tile whose probabilities go through the per-SM scratch slot (exchange_p).
@@ -71,7 +72,7 @@ def test_forward_matches_reference(model, kv_dtype, heads, rope, model_dirs, reg
     batch = build_batch([1, 2, 4, 5, 0], [70, 129, 100, 5, 0], num_blocks=NUM_BLOCKS, pad_tokens=2,
                         device=DEVICE)
     metadata = builder.build(0, batch.common)
-    width = 512 + rope
+    width = 576 if kv_dtype == "fp8_ds_mla" else 512 + rope  # (an fp8_ds_mla row holds 576 always)
     cache_dtype = torch.uint8 if kv_dtype == "fp8_ds_mla" else torch.bfloat16
     kv_cache, _ = paged_cache(batch, num_blocks=NUM_BLOCKS, width=width, dtype=cache_dtype, device=DEVICE)
 

@@ -10,7 +10,7 @@ with DeepGEMM (the DSA indexer uses it) and this project's plugin. On the device
 
     bash benchmarks/vllm_device_setup.sh python3 benchmarks/vllm_e2e.py OUT.json
 
-Usage: vllm_e2e.py OUT.json [--timeout S] [--kv-cache-dtype auto|fp8_ds_mla] [--max-tokens N]
+Usage: vllm_e2e.py OUT.json [--timeout S] [--kv-cache-dtype auto|bfloat16|fp8_ds_mla|fp8|fp8_e4m3] [--max-tokens N]
        [--index-topk N] [--long] [--control] [--tp N] [--shard-q on|off] [--indexer ours]
        [--cuda-graphs] [--config-only DIR]
 
@@ -498,7 +498,7 @@ def main(argv=None) -> int:
     ap.add_argument("out_json", nargs="?")
     ap.add_argument("--timeout", type=float, default=200.0,
                     help="seconds per engine process; the first gets 1.5x (DeepGEMM's nvcc builds)")
-    ap.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "bfloat16", "fp8_ds_mla"])
+    ap.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "bfloat16", "fp8_ds_mla", "fp8", "fp8_e4m3"])
     ap.add_argument("--max-tokens", type=int, default=8)
     ap.add_argument("--index-topk", type=int, default=MODEL["index_topk"],
                     help="rows the DSA indexer keeps; at least the longest prompt (e.g. 512) makes "

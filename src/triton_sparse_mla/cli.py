@@ -33,13 +33,14 @@ def _bench_workloads(args) -> list:
     from . import bench
 
     heads = bench.PRESETS[args.preset]
-    formats = args.formats or ("bf16", "fp8_ds_mla")
+    # (bench's own defaults where an option is not given)
+    given = {} if args.formats is None else dict(formats=args.formats)
+    tokens = {} if args.prefill_tokens is None else dict(tokens=args.prefill_tokens)
     workloads = []
     if args.phase in ("decode", "all"):
-        workloads += bench.decode_workloads(heads, formats)
+        workloads += bench.decode_workloads(heads, **given)
     if args.phase in ("prefill", "all"):
-        workloads += bench.prefill_workloads(heads, formats,
-                                             tokens=args.prefill_tokens or (4096, 16384))
+        workloads += bench.prefill_workloads(heads, **given, **tokens)
     return workloads
 
 

@@ -112,8 +112,22 @@ def aligned_rows(kv):
     return store[:, :width]
 
 
-def assert_close(out, lse, ref_out, ref_lse, *, rtol_norm):
-    """Compare with the float64 reference: NaN/inf pattern, then norm error, then cosine."""
+# Per row format: the output's relative norm error and the lse's absolute error allowed. The
+# lse of bf16/fp16 rows comes from exact products summed in fp32 (under 5e-6 in the interpreter);
+# fp8_ds_mla's carries the rounding of q or of the dequantized rows to 16 bits (1e-2 seen in the
+# "rising" case).
+TOL = {"bf16": 2e-2, "fp16": 2e-2, "fp8_ds_mla": 3e-2}
+LSE_ATOL = {"bf16": 1e-3, "fp16": 1e-3, "fp8_ds_mla": 2e-2}
+
+
+def tol(fmt):
+    """assert_close's tolerances for rows of format ``fmt``."""
+    return dict(rtol_norm=TOL[fmt], lse_atol=LSE_ATOL[fmt])
+
+
+def assert_close(out, lse, ref_out, ref_lse, *, rtol_norm, lse_atol=2e-2):
+    """Compare with the float64 reference: NaN/inf pattern, lse error, then norm error, then
+    cosine."""
     out = out.double().cpu()
     assert not torch.isnan(out).any(), "output has NaN"
     if lse is not None:
@@ -123,7 +137,7 @@ def assert_close(out, lse, ref_out, ref_lse, *, rtol_norm):
         fin = torch.isfinite(ref_lse)
         if fin.any():
             err = (lse[fin] - ref_lse[fin]).abs().max().item()
-            assert err < 2e-2, f"lse max abs error {err}"
+            assert err < lse_atol, f"lse max abs error {err} >= {lse_atol}"
     empty = torch.isneginf(ref_lse)
     assert torch.all(out[empty] == 0), "an empty row must give out = 0"
     denom = ref_out.norm().item()

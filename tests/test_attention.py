@@ -6,11 +6,9 @@ import pytest
 import torch
 import triton
 
-from problems import SM90_ONLY, aligned_rows, assert_close, beyond_this_gpu_skips, make_problem
+from problems import SM90_ONLY, aligned_rows, assert_close, beyond_this_gpu_skips, make_problem, tol
 from triton_sparse_mla import quantize_fp8_ds_mla, sparse_mla_attention, sparse_mla_reference
 from triton_sparse_mla import api, configs
-
-TOL = {"bf16": 2e-2, "fp16": 2e-2, "fp8_ds_mla": 3e-2}
 
 
 def case(t, h, k, n, fmt="bf16", dtype=torch.bfloat16, d_qk=576, **kw):
@@ -53,7 +51,7 @@ def _run_case(p, device, **extra):
 def test_matches_reference(p, device):
     out, lse, ref_out, ref_lse = _run_case(p, device)
     assert out.dtype == p["dtype"] and out.shape == (p["t"], p["h"], 512)
-    assert_close(out, lse, ref_out, ref_lse, rtol_norm=TOL[p["fmt"]])
+    assert_close(out, lse, ref_out, ref_lse, **tol(p["fmt"]))
 
 
 def test_out_argument_is_written_and_returned(device):
@@ -65,7 +63,7 @@ def test_out_argument_is_written_and_returned(device):
     assert got.data_ptr() == out.data_ptr()
     ref_out, ref_lse = sparse_mla_reference(prob.q, prob.kv, prob.indices, prob.sm_scale,
                                             topk_length=prob.topk_length)
-    assert_close(out, None, ref_out, ref_lse, rtol_norm=TOL["bf16"])
+    assert_close(out, None, ref_out, ref_lse, **tol("bf16"))
     assert torch.isnan(store[:, :, 512:].float()).all(), "wrote outside out"
 
 
@@ -73,7 +71,7 @@ def test_three_dim_cache_and_indices(device):
     prob = make_problem(t=3, h=16, k=64, n=200, fmt="fp8_ds_mla", device=device)
     out = sparse_mla_attention(prob.q, prob.kv[:, None, :], prob.indices[:, None, :], prob.sm_scale)
     ref_out, ref_lse = sparse_mla_reference(prob.q, prob.kv, prob.indices, prob.sm_scale)
-    assert_close(out, None, ref_out, ref_lse, rtol_norm=TOL["fp8_ds_mla"])
+    assert_close(out, None, ref_out, ref_lse, **tol("fp8_ds_mla"))
 
 
 SHIPPED = sorted({(kind, tile) for family in configs.CONFIGS
@@ -142,7 +140,7 @@ def _check_gluon(p, tile, device, q_gain=1.0, q_pad=0):
                             prob.sm_scale, out, lse, family=None, sm_count=1, fp8_cvt=1,
                             fp8=p["fmt"] == "fp8_ds_mla", plan=plan)
         assert "gluon" in compiled.name, compiled.name
-        assert_close(out, lse, ref_out, ref_lse, rtol_norm=TOL[p["fmt"]])
+        assert_close(out, lse, ref_out, ref_lse, **tol(p["fmt"]))
 
 
 @pytest.mark.gpu
@@ -356,7 +354,7 @@ def test_a_call_asks_once_whether_gluon_applies(device, monkeypatch):
     out = sparse_mla_attention(prob.q, kv, prob.indices, prob.sm_scale)
     assert len(asked) == 1, asked
     ref_out, ref_lse = sparse_mla_reference(prob.q, kv, prob.indices, prob.sm_scale)
-    assert_close(out, None, ref_out, ref_lse, rtol_norm=TOL["bf16"])
+    assert_close(out, None, ref_out, ref_lse, **tol("bf16"))
     # a pinned plan (as the tests and the sweep pass): asked at the launch only if its tile
     # names the Gluon kernels
     asked.clear()
@@ -452,7 +450,7 @@ def _check_tile(kind, tile, device, q_gain=1.0):
             api._run(q_nope, q_pe, prob.kv, prob.indices, prob.topk_length, prob.attn_sink,
                      prob.sm_scale, out, lse, family=None, sm_count=1, fp8_cvt=fp8_cvt,
                      fp8=fmt == "fp8_ds_mla", plan=plan)
-        assert_close(out, lse, ref_out, ref_lse, rtol_norm=TOL[fmt])
+        assert_close(out, lse, ref_out, ref_lse, **tol(fmt))
 
 
 @pytest.mark.parametrize("splits", [1, 3])
@@ -482,7 +480,7 @@ def test_fp8_row_past_fp16_range_never_reads_as_empty(splits, device):
     assert torch.isfinite(ref_lse).all()
     assert not out[0].isfinite().all(dim=-1).any(), "a head of token 0 came out finite"
     assert not lse[0].isneginf().any(), "token 0 read as having no valid entry"
-    assert_close(out[1:], lse[1:], ref_out[1:], ref_lse[1:], rtol_norm=TOL["fp8_ds_mla"])
+    assert_close(out[1:], lse[1:], ref_out[1:], ref_lse[1:], **tol("fp8_ds_mla"))
 
 
 def test_plan_depends_on_shapes_only():
@@ -583,7 +581,7 @@ def test_fp8_conversion_paths(level, tile, device):
     plan = configs.LaunchPlan(tile=tile, splits=2, fp8_cvt=level)
     api._run(q_nope, q_pe, prob.kv, prob.indices, prob.topk_length, None, prob.sm_scale, out, lse,
              family=None, sm_count=1, fp8_cvt=level, fp8=True, plan=plan)
-    assert_close(out, lse, ref_out, ref_lse, rtol_norm=TOL["fp8_ds_mla"])
+    assert_close(out, lse, ref_out, ref_lse, **tol("fp8_ds_mla"))
 
 
 def test_fp8_power_of_two_scales_dequantize_exactly(device):
@@ -593,6 +591,6 @@ def test_fp8_power_of_two_scales_dequantize_exactly(device):
     prob = make_problem(t=3, h=16, k=200, n=400, fmt="fp8_ds_mla", scale_style="pow2", device=device)
     out, lse = sparse_mla_attention(prob.q, prob.kv, prob.indices, prob.sm_scale, return_lse=True)
     ref_out, ref_lse = sparse_mla_reference(prob.q, prob.kv, prob.indices, prob.sm_scale)
-    assert_close(out, lse, ref_out, ref_lse, rtol_norm=TOL["fp8_ds_mla"])
+    assert_close(out, lse, ref_out, ref_lse, **tol("fp8_ds_mla"))
     fin = torch.isfinite(ref_lse)
     assert (lse.double().cpu()[fin] - ref_lse[fin]).abs().max().item() < 1e-4

@@ -18,10 +18,9 @@ the output of a call whose last token lies past 2^31 elements of each (a 32K-tok
 import pytest
 import torch
 
-from problems import SM90_ONLY, assert_close, beyond_this_gpu_skips, make_problem
+from problems import SM90_ONLY, assert_close, beyond_this_gpu_skips, make_problem, tol
 from triton_sparse_mla import api, configs, sparse_mla_attention, sparse_mla_reference
 
-TOL = {"bf16": 2e-2, "fp8_ds_mla": 3e-2}
 LIMIT = 2**31  # elements of the cache before the first far row
 
 
@@ -91,7 +90,7 @@ def test_far_rows(h, fmt, device):
     out, lse = sparse_mla_attention(prob.q, kv, indices, prob.sm_scale,
                                     topk_length=prob.topk_length, attn_sink=prob.attn_sink,
                                     return_lse=True)
-    assert_close(out, lse, ref_out, ref_lse, rtol_norm=TOL[fmt])
+    assert_close(out, lse, ref_out, ref_lse, **tol(fmt))
 
 
 def test_far_rows_through_the_workspace(device):
@@ -101,7 +100,7 @@ def test_far_rows_through_the_workspace(device):
     out, lse = sparse_mla_attention(prob.q, kv, indices, prob.sm_scale,
                                     topk_length=prob.topk_length, attn_sink=prob.attn_sink,
                                     return_lse=True, fp8_workspace=True)
-    assert_close(out, lse, ref_out, ref_lse, rtol_norm=TOL["fp8_ds_mla"])
+    assert_close(out, lse, ref_out, ref_lse, **tol("fp8_ds_mla"))
 
 
 @pytest.mark.parametrize("fmt", ["bf16", "fp8_ds_mla"])
@@ -118,7 +117,7 @@ def test_far_tokens(h, fmt, device):
                                     topk_length=prob.topk_length, attn_sink=prob.attn_sink,
                                     out=out, return_lse=True)
     assert got.data_ptr() == out.data_ptr()
-    assert_close(out, lse, ref_out, ref_lse, rtol_norm=TOL[fmt])
+    assert_close(out, lse, ref_out, ref_lse, **tol(fmt))
 
 
 # Each Gluon kernel of sm90's tables, and the Triton tile each gives way to where Gluon does not
@@ -162,4 +161,4 @@ def test_far_rows_each_kernel(h, fmt, tile, gluon, device):
                                 fp8_cvt=fp8_cvt, fp8=fmt == "fp8_ds_mla", plan=plan)
         if device.type == "cuda":  # (the interpreter returns no compiled kernel)
             assert ("gluon" in compiled.name) == gluon, compiled.name
-        assert_close(out, lse, ref_out, ref_lse, rtol_norm=TOL[fmt])
+        assert_close(out, lse, ref_out, ref_lse, **tol(fmt))

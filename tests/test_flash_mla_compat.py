@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from problems import assert_close, make_problem
+from problems import assert_close, make_problem, tol
 from triton_sparse_mla import sparse_mla_reference
 from triton_sparse_mla.flash_mla_compat import (
     MLASchedule,
@@ -14,8 +14,6 @@ from triton_sparse_mla.flash_mla_compat import (
     get_mla_metadata,
 )
 from triton_sparse_mla.formats import row_values
-
-TOL = {"bf16": 2e-2, "fp8_ds_mla": 3e-2}
 
 
 def reference_max_logits(q, kv, indices, sm_scale, topk_length=None):
@@ -60,7 +58,7 @@ def test_sparse_fwd_matches_reference(p, device):
                                             topk_length=prob.topk_length, attn_sink=prob.attn_sink)
     assert out.shape == (p["t"], p["h"], 512) and out.dtype == torch.bfloat16
     assert lse.shape == (p["t"], p["h"]) and lse.dtype == torch.float32
-    assert_close(out, lse, ref_out, ref_lse, rtol_norm=TOL[p["fmt"]])
+    assert_close(out, lse, ref_out, ref_lse, **tol(p["fmt"]))
 
     ref_max = reference_max_logits(prob.q, prob.kv, prob.indices, prob.sm_scale, prob.topk_length)
     assert max_logits.shape == (p["t"], p["h"]) and max_logits.dtype == torch.float32
@@ -81,7 +79,7 @@ def test_sparse_fwd_without_max_logits(device):
                                                 prob.sm_scale, return_max_logits=False)
     assert max_logits is None
     ref_out, ref_lse = sparse_mla_reference(prob.q, prob.kv, prob.indices, prob.sm_scale)
-    assert_close(out, lse, ref_out, ref_lse, rtol_norm=TOL["bf16"])
+    assert_close(out, lse, ref_out, ref_lse, **tol("bf16"))
 
 
 def paged_cache(kv, block_size, gap_blocks=0):
@@ -141,7 +139,7 @@ def test_with_kvcache_matches_reference(p, device):
     assert out.shape == (b, s_q, h, 512) and out.dtype == torch.bfloat16
     assert lse.shape == (b, h, s_q) and lse.dtype == torch.float32 and lse.is_contiguous()
     assert_close(out.reshape(t, h, 512), lse.transpose(1, 2).reshape(t, h), ref_out, ref_lse,
-                 rtol_norm=TOL[p["fmt"]])
+                 **tol(p["fmt"]))
     if lengths is not None:
         assert torch.isneginf(lse[-1].cpu()).all(), "topk_length 0 must leave the batch row empty"
 
@@ -153,7 +151,7 @@ def test_with_kvcache_default_scale(device):
                                       indices=prob.indices[:, None], is_fp8_kvcache=False)
     scale = 1.0 / math.sqrt(576)
     ref_out, ref_lse = sparse_mla_reference(prob.q, prob.kv, prob.indices, scale)
-    assert_close(out[:, 0], lse[:, :, 0], ref_out, ref_lse, rtol_norm=TOL["bf16"])
+    assert_close(out[:, 0], lse[:, :, 0], ref_out, ref_lse, **tol("bf16"))
 
 
 def test_get_mla_metadata_accepts_flash_mla_arguments():

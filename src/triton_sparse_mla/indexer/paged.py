@@ -55,13 +55,16 @@ PROGRAMS_PER_SM = int_knob("TSM_INDEXER_PAGED_PER_SM", 0)
 NUM_STAGES = {"sm90": 5, "sm100": 3, "sm80": 3, "sm86": 3}
 if _stages := int_knob("TSM_INDEXER_PAGED_STAGES", 0):
     NUM_STAGES = dict.fromkeys(NUM_STAGES, _stages)
-# Whether a block's scales are loaded a block ahead (the kernel's SCALES_AHEAD). Off: not yet
-# measured (written after run 281, read in the SASS of sm90 under Triton 3.6 and 3.8: the
-# values' and table's copies stay in the pipeline; each step loads the next block's scales and
-# the table entry of the block after it, neither waiting on the other; 156-160 registers).
-# A measurement knob, TSM_INDEXER_SCALES_AHEAD=1, turns it on (and
-# :data:`.flat_heads.SCALES_AHEAD`, prefill's).
-SCALES_AHEAD = int_knob("TSM_INDEXER_SCALES_AHEAD", 0) == 1
+# Whether a block's scales are loaded a block ahead (the kernel's SCALES_AHEAD): each step
+# loads the next block's scales and the table entry of the block after it, neither waiting on
+# the other, and the values' and table's copies stay in the pipeline (SASS, sm90, Triton 3.6 and
+# 3.8; 156-160 registers). Written after run 281, whose profile put the largest stall on the
+# scales' load, which Triton's pipeline does not copy ahead. On: runs 285-286 (H100, two
+# rounds, each setting its own process) 1.02-1.06x faster where a program has many blocks
+# (128 x 32K, 8 x 128K, 32 x 8K two rows at 64 heads) and 0.95-0.97x on the shortest rows
+# (1 x 32K and 32 x 8K one row at 64 heads: 0.1-0.3 us). A measurement knob,
+# TSM_INDEXER_SCALES_AHEAD=0, turns it off.
+SCALES_AHEAD = int_knob("TSM_INDEXER_SCALES_AHEAD", 1) == 1
 # Programs of this kernel one SM holds, by product path and the tile's columns (fewer than 64
 # count as 64): the least over the path's targets, each at its family's NUM_STAGES, from the
 # compiled kernels' shared memory (fp16 products, sm80/86: 41 and 57 KB) and registers (fp8

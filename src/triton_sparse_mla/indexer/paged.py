@@ -60,8 +60,8 @@ if _stages := int_knob("TSM_INDEXER_PAGED_STAGES", 0):
 # the other, and the values' and table's copies stay in the pipeline (SASS, sm90, Triton 3.6 and
 # 3.8; 156-160 registers). Written after run 281, whose profile put the largest stall on the
 # scales' load, which Triton's pipeline does not copy ahead. On: runs 285-286 (H100, two
-# rounds, each setting its own process) 1.02-1.06x faster where a program has many blocks
-# (128 x 32K, 8 x 128K, 32 x 8K two rows at 64 heads) and 0.95-0.97x on the shortest rows
+# rounds, each setting its own process) 1.02-1.05x faster where a program has many blocks
+# (128 x 32K, 8 x 128K, 32 x 8K two rows at 64 heads) and 0.95-0.98x on the shortest rows
 # (1 x 32K and 32 x 8K one row at 64 heads: 0.1-0.3 us). A measurement knob,
 # TSM_INDEXER_SCALES_AHEAD=0, turns it off.
 SCALES_AHEAD = int_knob("TSM_INDEXER_SCALES_AHEAD", 1) == 1

@@ -110,22 +110,25 @@ def _fp8_aliases() -> tuple[str, ...]:
     return FP8_ALIASES if cache_dtype_hook_active() else ()
 
 
+def _current_config():
+    """vLLM's configuration being built or run, or None outside one."""
+    from vllm.config import get_current_vllm_config_or_none
+
+    return get_current_vllm_config_or_none()
+
+
 def _hisparse() -> bool:
     """Whether the configuration being built asks for HiSparse (vLLM 0.33's host-staged
     sparse cache, whose prefill staging plan the base metadata builder makes only beside a
     dense prefill backend, which this one has not)."""
-    from vllm.config import get_current_vllm_config_or_none
-
-    config = get_current_vllm_config_or_none()
+    config = _current_config()
     attention = None if config is None else getattr(config, "attention_config", None)
     return getattr(attention, "hisparse_config", None) is not None
 
 
 def _model_rope_dim() -> int | None:
     """``qk_rope_head_dim`` of the model being configured, or None when no config is set."""
-    from vllm.config import get_current_vllm_config_or_none
-
-    config = get_current_vllm_config_or_none()
+    config = _current_config()
     if config is None or config.model_config is None:
         return None
     return getattr(config.model_config.hf_text_config, "qk_rope_head_dim", None)

@@ -13,6 +13,22 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _poisoned_empty():
+    """Without a GPU, memory from ``torch.empty`` and its kin comes filled (NaN in floats, the
+    largest value in integers), so a kernel or test that reads memory nobody wrote fails every
+    time instead of now and then (CI once failed so: a check rolled an unwritten logit column
+    into a compared one). Torch fills only in its deterministic mode, asked for here with
+    warnings, not errors, for the operations that have no deterministic form."""
+    if torch.cuda.is_available():
+        yield
+        return
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    yield
+    torch.use_deterministic_algorithms(False)
+
+
 @pytest.fixture(scope="session")
 def device():
     if torch.cuda.is_available():

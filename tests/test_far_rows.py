@@ -26,12 +26,17 @@ LIMIT = 2**31  # elements of the cache before the first far row
 
 def _reserve(shape, dtype, device):
     """``torch.empty(shape)``, or the test skipped where that much cannot be reserved (on a
-    CPU it is address space, not memory)."""
+    CPU it is address space, not memory: conftest's poisoning of new memory is held off here,
+    since it would touch every page)."""
+    poison = torch.utils.deterministic.fill_uninitialized_memory
+    torch.utils.deterministic.fill_uninitialized_memory = False
     try:
         return torch.empty(shape, dtype=dtype, device=device)
     except (RuntimeError, MemoryError) as exc:
         gib = torch.Size(shape).numel() * dtype.itemsize / 2**30
         pytest.skip(f"cannot reserve {gib:.1f} GiB here: {exc}")
+    finally:
+        torch.utils.deterministic.fill_uninitialized_memory = poison
 
 
 def _tokens_apart(x, fill=0):

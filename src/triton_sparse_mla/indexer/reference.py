@@ -95,7 +95,8 @@ def paged_mqa_logits_reference(q, kv_cache, weights, context_lens, block_tables,
             if n == 0:
                 continue
             blocks = tables[b, : -(-n // block_size)]
-            k = keys[blocks].reshape(-1, keys.shape[-1])[:n]
+            # rows taken through a byte view: torch 2.7 cannot index float8 tensors on a CPU
+            k = keys.view(torch.uint8)[blocks].view(keys.dtype).reshape(-1, keys.shape[-1])[:n]
             k_scale = scales[blocks].reshape(-1)[:n]
             out[r, : min(n, width)] = _scores(q[b, j][None], k, k_scale, weights[r][None])[0, :width]
     return out

@@ -26,10 +26,11 @@ NUM_WARPS = 8
 @triton.jit
 def _split_mask(m_h, s, n_splits):
     """The heads of mask ``m_h`` [BLOCK_HC, 1] that split ``s`` holds: all while
-    ``s < n_splits``, none after. (A select, not ``m_h & (s < n_splits)``: Triton 3.9's
-    interpreter stores a scalar comparison as int32, and rejects the mask that ANDs it in.
-    Compiled, the two are the same code.)"""
-    return tl.where(s < n_splits, m_h, False)
+    ``s < n_splits``, none after. (The comparison is made on a tensor of ``s``: Triton 3.9's
+    interpreter stores a scalar comparison as int32 and rejects the mask that ANDs it in, and
+    Triton 3.3's cannot make the boolean constant of ``tl.where(s < n_splits, m_h, False)``.
+    Compiled, the forms are the same code.)"""
+    return m_h & (tl.zeros(m_h.shape, tl.int32) + s < n_splits)
 
 
 # Not specialized (they follow the split count and the head count, which vary from call to

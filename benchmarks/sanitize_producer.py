@@ -11,7 +11,7 @@ kernel) have one pair of tiles, with 256 two)."""
 import sys
 
 sys.path.insert(0, "tests")
-from problems import aligned_rows, assert_close, make_problem  # noqa: E402
+from problems import aligned_rows, assert_close, make_problem, tol  # noqa: E402
 
 from triton_sparse_mla import sparse_mla_attention, sparse_mla_reference  # noqa: E402
 
@@ -23,7 +23,7 @@ def check(fmt, t, h, lengths, k):
                                     attn_sink=p.attn_sink, return_lse=True)
     ref = sparse_mla_reference(p.q, kv, p.indices, p.sm_scale, topk_length=p.topk_length,
                                attn_sink=p.attn_sink)
-    assert_close(out, lse, *ref, rtol_norm=3e-2)
+    assert_close(out, lse, *ref, **tol(fmt))
     print(f"ok producer {fmt} T={t} H={h} K={k} lengths={lengths}", flush=True)
 
 

@@ -26,6 +26,7 @@ def _poisoned_empty():
     torch.use_deterministic_algorithms(True, warn_only=True)
     torch.utils.deterministic.fill_uninitialized_memory = True
     yield
+    torch.utils.deterministic.fill_uninitialized_memory = False
     torch.use_deterministic_algorithms(False)
 
 

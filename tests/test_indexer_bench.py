@@ -40,7 +40,10 @@ def test_reference_error_tells_right_from_wrong(w, device):
     assert bench.reference_error(w, args, out) < 1e-3
     # the first row's logits shifted by a key, within the columns the call writes (the others
     # hold whatever the allocator left there, NaN at times)
-    lo, hi = (args[4][0].item(), args[5][0].item()) if w.phase == "prefill" else (0, args[3][0, 0].item())
+    if w.phase == "prefill":
+        lo, hi = args[4][0].item(), args[5][0].item()
+    else:
+        lo, hi = 0, args[3][0, 0].item()
     wrong = out.clone()
     wrong[0, lo:hi] = out[0, lo:hi].roll(1)
     assert bench.reference_error(w, args, wrong) > 0.1

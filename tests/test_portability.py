@@ -377,7 +377,8 @@ def test_gluon_arrivals_synchronize_their_partition_once(tmp_path):
 _Q_SCALE_PROBE = r"""
 import json, re, sys
 from triton_sparse_mla import configs, portability
-SCALED = r"mul(?:\.rn)?\.f32\s+%[rf]\d+, %[rf]\d+, 0f3B800000;"  # (Triton 3.3 names f32 registers %f)
+# (Triton 3.3 names the f32 registers %f, later ones %r)
+SCALED = r"mul(?:\.rn)?\.f32\s+%[rf]\d+, %[rf]\d+, 0f3B800000;"
 out = {}
 for cap, family in ((90, "sm90"), (120, "sm86")):
     tile = configs.TileConfig(16, 32, 4, 2, fp8_f16=True)

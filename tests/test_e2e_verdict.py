@@ -7,6 +7,7 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+from problems import indexer_tolerance
 
 _PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "vllm_e2e.py"
 _spec = importlib.util.spec_from_file_location("vllm_e2e", _PATH)
@@ -97,7 +98,8 @@ def test_in_engine_indexer_checks(device, monkeypatch):
                                     torch.randn(2, heads, generator=g).to(device), lens, tables,
                                     None, 32)
     assert [c["kind"] for c in checks] == ["prefill", "decode"]
-    assert all(c["rel_err"] < 1e-6 for c in checks), checks
+    # fp8 tensor cores accumulate with fewer bits than fp32 (the prefill call's 1.3e-4 on an H100)
+    assert all(c["rel_err"] <= indexer_tolerance(device) for c in checks), checks
     # a kernel 1% off
     monkeypatch.setattr(fallback, "paged_mqa_logits", lambda *a, **k: paged(*a, **k).mul_(1.01))
     bad = []

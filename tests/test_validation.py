@@ -94,6 +94,7 @@ def test_interpreter_refused_where_triton_and_numpy_clash(monkeypatch, triton, n
     with pytest.raises(RuntimeError, match=r"numpy 2\.4\.1.*numpy<2\.4"):
         boundary.check_interpreter()
     monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(boundary, "INTERPRETED_AT_IMPORT", True)  # as on a CPU, also on a GPU
     with pytest.raises(RuntimeError, match="Triton 3.6"):
         call(make_problem(t=2, h=8, k=16, n=40))
 

@@ -51,10 +51,11 @@ TILE = tile_knob("TSM_INDEXER_HEADS_TILE", HeadsTile(columns=128, block_n=64, nu
                                                       num_stages=4))
 
 # Whether the keys' scales are loaded a key tile ahead, into registers (the kernel's
-# SCALES_AHEAD; as :data:`.paged.SCALES_AHEAD`, decode's, which is on). Off: not yet measured.
-# In the step, Triton's pipeline leaves them a load (LDG) in the loop, issued just before the
-# product and waited for after it (SASS, sm90, Triton 3.8). A measurement knob,
-# TSM_INDEXER_PREFILL_SCALES_AHEAD=1, turns it on.
+# SCALES_AHEAD; as :data:`.paged.SCALES_AHEAD`, decode's, which is on). Off: on, 0.92-0.95x at
+# 64 heads and 1.00-1.05x at 32 (H100, runs 289 and 291; with the load after the step's store,
+# as paged.SCALES_AHEAD tells, 0.98-1.03x). In the step, Triton's pipeline leaves them a load
+# (LDG) in the loop, issued just before the product and waited for after it (SASS, sm90,
+# Triton 3.8). A measurement knob, TSM_INDEXER_PREFILL_SCALES_AHEAD=1, turns it on.
 SCALES_AHEAD = int_knob("TSM_INDEXER_PREFILL_SCALES_AHEAD", 0) == 1
 
 

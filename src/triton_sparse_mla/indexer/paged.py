@@ -62,8 +62,12 @@ if _stages := int_knob("TSM_INDEXER_PAGED_STAGES", 0):
 # scales' load, which Triton's pipeline does not copy ahead. On: runs 285-286 (H100, two
 # rounds, each setting its own process) 1.02-1.05x faster where a program has many blocks
 # (128 x 32K, 8 x 128K, 32 x 8K two rows at 64 heads) and 0.95-0.98x on the shortest rows
-# (1 x 32K and 32 x 8K one row at 64 heads: 0.1-0.3 us). A measurement knob,
-# TSM_INDEXER_SCALES_AHEAD=0, turns it off.
+# (1 x 32K and 32 x 8K one row at 64 heads: 0.1-0.3 us); run 291 again 1.02-1.03x. What is
+# left of the wait (run 289's profile: 20% of the stall samples) is the register copy at the
+# step's end that hands the loaded scales to the next step. Loaded after the step's store
+# instead, they go straight into that register (no copy), but the wait moves to their use a
+# step later and the time equals off (run 291): under the values' copies the scales' latency
+# outlasts a step. A measurement knob, TSM_INDEXER_SCALES_AHEAD=0, turns it off.
 SCALES_AHEAD = int_knob("TSM_INDEXER_SCALES_AHEAD", 1) == 1
 # Programs of this kernel one SM holds, by product path and the tile's columns (fewer than 64
 # count as 64): the least over the path's targets, each at its family's NUM_STAGES, from the

@@ -11,7 +11,7 @@ import torch
 from triton_sparse_mla.indexer import (
     mqa_logits, mqa_logits_reference, pack_indexer_k_cache, paged_mqa_logits,
     paged_mqa_logits_reference)
-from triton_sparse_mla.indexer import flat, flat_heads, paged
+from triton_sparse_mla.indexer import flat
 from triton_sparse_mla.indexer.reference import row_limits
 
 from problems import indexer_tolerance
@@ -75,15 +75,12 @@ def _prefill_ranges(g, seq_lens, width):
     pytest.param(64, (3, 70), 0, 0, id="H64-two-seqs"),
     pytest.param(8, (45, 30), 0, 6, id="H8-width-cuts"),
 ])
-@pytest.mark.parametrize("heads_along_n, scales_ahead", [(True, False), (True, True), (False, False)],
-                         ids=["heads-along-n", "heads-along-n-scales-ahead", "per-head"])
-def test_mqa_logits(device, monkeypatch, heads, seq_lens, gap, cut, heads_along_n, scales_ahead):
+@pytest.mark.parametrize("heads_along_n", [True, False], ids=["heads-along-n", "per-head"])
+def test_mqa_logits(device, monkeypatch, heads, seq_lens, gap, cut, heads_along_n):
     """``cut``: the output is that much narrower than the longest range (the longest are cut).
-    Both prefill kernels run, whichever this device's family would pick, the heads-along-N one
-    both ways of loading the keys' scales (flat_heads.SCALES_AHEAD; the unseen keys' scales are
-    NaN)."""
+    Both prefill kernels run, whichever this device's family would pick (the unseen keys' scales
+    are NaN, so a scale taken from a key other than the one multiplied shows)."""
     monkeypatch.setattr(flat, "HEADS_ALONG_N", dict.fromkeys(flat.HEADS_ALONG_N, heads_along_n))
-    monkeypatch.setattr(flat_heads, "SCALES_AHEAD", scales_ahead)
     g = torch.Generator().manual_seed(heads)
     width = max(seq_lens) - cut
     starts, ends = _prefill_ranges(g, seq_lens, max(seq_lens))
@@ -150,12 +147,9 @@ def _paged_problem(g, *, context, next_n, heads, block_size, two_d):
     pytest.param(4, True, 8, 16, (90, 17), 70, id="n4-2d-width-cuts"),
     pytest.param(3, True, 64, 64, (70, 130), 192, id="n3-2d-H64-two-row-groups"),
 ])
-@pytest.mark.parametrize("scales_ahead", [False, True], ids=["scales-in-step", "scales-ahead"])
-def test_paged_mqa_logits(device, monkeypatch, next_n, two_d, heads, block_size, context, width,
-                          scales_ahead):
-    """Both ways of loading the blocks' scales (paged.SCALES_AHEAD); the unused blocks' scales
-    are NaN, so a scale taken from a block other than the one multiplied shows."""
-    monkeypatch.setattr(paged, "SCALES_AHEAD", scales_ahead)
+def test_paged_mqa_logits(device, next_n, two_d, heads, block_size, context, width):
+    """The unused blocks' scales are NaN, so a scale taken from a block other than the one
+    multiplied (the pipeline's copies ahead) shows."""
     g = torch.Generator().manual_seed(next_n * 100 + heads)
     q, cache, weights, lens, tables = _paged_problem(
         g, context=context, next_n=next_n, heads=heads, block_size=block_size, two_d=two_d)

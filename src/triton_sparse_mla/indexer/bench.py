@@ -160,12 +160,11 @@ def run(work: list[Workload], json_path: str | None = None, device="cuda") -> di
                        "fp8_products": flat.FP8_DOT and on_fp8}
     family = boundary.device_traits(device, "device")[0]
     if flat.HEADS_ALONG_N[family]:  # the prefill kernel's tile
-        head["tile"] = dict(heads_along_n=list(flat_heads.TILE), scales_ahead=flat_heads.SCALES_AHEAD)
+        head["tile"] = dict(heads_along_n=list(flat_heads.TILE))
     else:
         head["tile"] = dict(per_head=list(flat.tile(head["fp8_products"])))
     head["paged"] = dict(programs_per_sm=paged.PROGRAMS_PER_SM or dict(resident=paged.RESIDENT),
-                         num_warps=paged.NUM_WARPS, num_stages=paged.NUM_STAGES[family],
-                         scales_ahead=paged.SCALES_AHEAD)
+                         num_warps=paged.NUM_WARPS, num_stages=paged.NUM_STAGES[family])
     print(" ".join(f"{k}={v}" for k, v in head.items()), flush=True)
     ceil = measure_ceilings()
     print(f"ceilings: copy {ceil['copy_GBps']:.0f} GB/s, bf16 matmul {ceil['matmul_TFLOPs']:.0f} TFLOP/s",

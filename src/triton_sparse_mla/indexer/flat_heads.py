@@ -27,7 +27,7 @@ import triton.language as tl
 
 from ..hostmath import cdiv, next_power_of_2
 from ..kernels.common import LAUNCH_OPTIONS, e4m3_rows_operand, e4m3_unit, mma
-from .knobs import int_knob, tile_knob
+from .knobs import tile_knob
 from .rows import key_programs, key_ranges, rows_by_heads
 
 
@@ -50,14 +50,6 @@ class HeadsTile(NamedTuple):
 TILE = tile_knob("TSM_INDEXER_HEADS_TILE", HeadsTile(columns=128, block_n=64, num_warps=4,
                                                       num_stages=4))
 
-# Whether the keys' scales are loaded a key tile ahead, into registers (the kernel's
-# SCALES_AHEAD; as :data:`.paged.SCALES_AHEAD`, decode's, which is on). Off: on, 0.92-0.95x at
-# 64 heads and 1.00-1.05x at 32 (H100, runs 289 and 291; with the load after the step's store,
-# as paged.SCALES_AHEAD tells, 0.98-1.03x). In the step, Triton's pipeline leaves them a load
-# (LDG) in the loop, issued just before the product and waited for after it (SASS, sm90,
-# Triton 3.8). A measurement knob, TSM_INDEXER_PREFILL_SCALES_AHEAD=1, turns it on.
-SCALES_AHEAD = int_knob("TSM_INDEXER_PREFILL_SCALES_AHEAD", 0) == 1
-
 
 @triton.jit(do_not_specialize=["n_rows", "n_keys", "width", "stride_om", "starts_ptr", "ends_ptr"])
 def mqa_logits_heads_kernel(
@@ -66,7 +58,7 @@ def mqa_logits_heads_kernel(
     stride_qm, stride_qh, stride_kn, stride_wm, stride_wh, stride_om,
     H: tl.constexpr, BLOCK_H: tl.constexpr, G: tl.constexpr, D: tl.constexpr,
     BLOCK_N: tl.constexpr, FP8_CVT: tl.constexpr, INTERPRET: tl.constexpr, FP8_DOT: tl.constexpr,
-    SCALES_AHEAD: tl.constexpr = False,
+    NUM_STAGES: tl.constexpr = 1,
 ):
     i_m = tl.program_id(0)
     i_n = tl.program_id(1)
@@ -81,19 +73,15 @@ def mqa_logits_heads_kernel(
     b_lo, b_hi, lo, hi = key_ranges(starts_ptr, ends_ptr, o_g, m_g, n_keys, width)  # [G], [G]
     p_out = out_ptr + o_g.to(tl.int64)[None, :] * stride_om  # [1, G]
     step = n_programs * BLOCK_N
-    if SCALES_AHEAD:  # (the keys' scales a tile ahead, as paged.SCALES_AHEAD; the first tile's)
-        o_first = lo + i_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        b_scale_next = tl.load(k_scale_ptr + o_first, mask=o_first < hi, other=0.0)
-    for n0 in range(lo + i_n * BLOCK_N, hi, step):
+    # (the loop's own pipeline depth, the launch's: every load of the step is copied ahead, the
+    # keys' scales too, as in paged_mqa_logits_kernel; against the scales loaded in the step,
+    # 0.95-1.04x over the bench's prefill rows, 1.01x summed: H100, run 293)
+    for n0 in tl.range(lo + i_n * BLOCK_N, hi, step, num_stages=NUM_STAGES):
         o_n = n0 + tl.arange(0, BLOCK_N)
         m_n = o_n < hi
         b_k = e4m3_rows_operand(k_ptr + o_n.to(tl.int64) * stride_kn, m_n, D, FP8_CVT, INTERPRET,
                                 FP8_DOT)  # [BLOCK_N, D]
-        if SCALES_AHEAD:
-            b_scale = b_scale_next
-            b_scale_next = tl.load(k_scale_ptr + o_n + step, mask=o_n + step < hi, other=0.0)
-        else:
-            b_scale = tl.load(k_scale_ptr + o_n, mask=m_n, other=0.0)
+        b_scale = tl.load(k_scale_ptr + o_n, mask=m_n, other=0.0)
         b_s = tl.maximum(mma(b_k, tl.trans(b_q), INTERPRET), 0.0) * b_w[None, :]
         b_l = tl.sum(tl.reshape(b_s, [BLOCK_N, G, BLOCK_H]), axis=2)  # [BLOCK_N, G]
         b_l *= e4m3_unit(e4m3_unit(b_scale, FP8_CVT), FP8_CVT)[:, None]
@@ -120,7 +108,7 @@ def launch(q8, k8, k_scale, weights, row_starts, row_ends, out, *, sm_count, fp8
         q8.stride(0), q8.stride(1), k8.stride(0), weights.stride(0), weights.stride(1),
         out.stride(0),
         H=n_heads, BLOCK_H=block_h, G=g, D=d, BLOCK_N=TILE.block_n, FP8_CVT=fp8_cvt,
-        INTERPRET=interpret, FP8_DOT=fp8_products, SCALES_AHEAD=SCALES_AHEAD,
+        INTERPRET=interpret, FP8_DOT=fp8_products, NUM_STAGES=TILE.num_stages,
         num_warps=TILE.num_warps,
         num_stages=TILE.num_stages, **LAUNCH_OPTIONS,
     )

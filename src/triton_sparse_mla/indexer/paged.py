@@ -21,7 +21,7 @@ import triton
 import triton.language as tl
 
 from ..hostmath import cdiv, next_power_of_2
-from ..kernels.common import LAUNCH_OPTIONS, e4m3_rows_operand, e4m3_unit, mma, scalar_mask
+from ..kernels.common import LAUNCH_OPTIONS, e4m3_rows_operand, e4m3_unit, mma
 from .flat import fp8_dot
 from .knobs import int_knob
 from .rows import rows_by_heads
@@ -55,20 +55,6 @@ PROGRAMS_PER_SM = int_knob("TSM_INDEXER_PAGED_PER_SM", 0)
 NUM_STAGES = {"sm90": 5, "sm100": 3, "sm80": 3, "sm86": 3}
 if _stages := int_knob("TSM_INDEXER_PAGED_STAGES", 0):
     NUM_STAGES = dict.fromkeys(NUM_STAGES, _stages)
-# Whether a block's scales are loaded a block ahead (the kernel's SCALES_AHEAD): each step
-# loads the next block's scales and the table entry of the block after it, neither waiting on
-# the other, and the values' and table's copies stay in the pipeline (SASS, sm90, Triton 3.6 and
-# 3.8; 156-160 registers). Written after run 281, whose profile put the largest stall on the
-# scales' load, which Triton's pipeline does not copy ahead. On: runs 285-286 (H100, two
-# rounds, each setting its own process) 1.02-1.05x faster where a program has many blocks
-# (128 x 32K, 8 x 128K, 32 x 8K two rows at 64 heads) and 0.95-0.98x on the shortest rows
-# (1 x 32K and 32 x 8K one row at 64 heads: 0.1-0.3 us); run 291 again 1.02-1.03x. What is
-# left of the wait (run 289's profile: 20% of the stall samples) is the register copy at the
-# step's end that hands the loaded scales to the next step. Loaded after the step's store
-# instead, they go straight into that register (no copy), but the wait moves to their use a
-# step later and the time equals off (run 291): under the values' copies the scales' latency
-# outlasts a step. A measurement knob, TSM_INDEXER_SCALES_AHEAD=0, turns it off.
-SCALES_AHEAD = int_knob("TSM_INDEXER_SCALES_AHEAD", 1) == 1
 # Programs of this kernel one SM holds, by product path and the tile's columns (fewer than 64
 # count as 64): the least over the path's targets, each at its family's NUM_STAGES, from the
 # compiled kernels' shared memory (fp16 products, sm80/86: 41 and 57 KB) and registers (fp8
@@ -92,7 +78,7 @@ def paged_mqa_logits_kernel(
     stride_wh, stride_om,
     NEXT_N: tl.constexpr, G: tl.constexpr, H: tl.constexpr, BLOCK_H: tl.constexpr,
     D: tl.constexpr, BLOCK_SIZE: tl.constexpr, FP8_CVT: tl.constexpr, INTERPRET: tl.constexpr,
-    FP8_DOT: tl.constexpr = False, SCALES_AHEAD: tl.constexpr = False,
+    FP8_DOT: tl.constexpr = False, NUM_STAGES: tl.constexpr = 1,
 ):
     i_b = tl.program_id(0)
     i_g = tl.program_id(1)
@@ -114,30 +100,21 @@ def paged_mqa_logits_kernel(
     p_out = out_ptr + (i_b.to(tl.int64) * NEXT_N + o_gj)[None, :] * stride_om  # [1, G]
     o_t = tl.arange(0, BLOCK_SIZE)
     p_table = table_ptr + i_b.to(tl.int64) * stride_tb
-    # With SCALES_AHEAD, each block's scales are loaded a block of this program's ahead, into
-    # registers, from a table entry loaded a block before that: Triton's pipeline copies ahead
-    # only the loads that feed the product (the values, and the table entries their addresses
-    # come from), so the scales, loaded in the block's own step, cost a memory latency a block
-    # (run 281: the largest stall). (Carrying the scales two blocks ahead, one value handed to
-    # the next, stopped the pipeline copying the values ahead: Triton 3.8's SASS.) Without it,
-    # in the block's own step, as runs 272-282 ran.
-    if SCALES_AHEAD:  # (the program's first block's scales, its second block's table entry)
-        b_scale_next = tl.load(_scales_at(cache_ptr, _table_entry(p_table, i_s, n_used), stride_cb,
-                                          o_t, BLOCK_SIZE * D),
-                               mask=scalar_mask(o_t, i_s < n_used), other=0.0)
-        blk_after = _table_entry(p_table, i_s + n_programs, n_used)
-    for i_blk in range(i_s, n_used, n_programs):
+    # The loop is given the launch's pipeline depth itself: Triton's pipeline then copies every
+    # load of the step ahead (cp.async into shared memory), the blocks' scales too, where by
+    # default it takes only the loads that feed the product (the values, and the table entries
+    # their addresses come from) and leaves the scales a load waited for in the step (run 281:
+    # the largest stall). SASS, every target, Triton 3.8: no plain global load left in the loop.
+    # Against the scales loaded a block ahead into registers (shipped before; its register copy
+    # at the step's end still waited for the load: run 289's profile) 1.00-1.06x at 8K-128K
+    # contexts, within 0.1 us on the short rows, and the same time as that form wherever it did
+    # not help (H100, run 293).
+    for i_blk in tl.range(i_s, n_used, n_programs, num_stages=NUM_STAGES):
         blk = tl.load(p_table + i_blk).to(tl.int64)
         p_blk = cache_ptr + blk * stride_cb
         # [BLOCK_SIZE, D]: every position of a block is read (the mask is all true)
         b_k = e4m3_rows_operand(p_blk + o_t * D, o_t < BLOCK_SIZE, D, FP8_CVT, INTERPRET, FP8_DOT)
-        if SCALES_AHEAD:
-            b_scale = b_scale_next
-            b_scale_next = tl.load(_scales_at(cache_ptr, blk_after, stride_cb, o_t, BLOCK_SIZE * D),
-                                   mask=scalar_mask(o_t, i_blk + n_programs < n_used), other=0.0)
-            blk_after = _table_entry(p_table, i_blk + 2 * n_programs, n_used)
-        else:
-            b_scale = tl.load(_scales_at(cache_ptr, blk, stride_cb, o_t, BLOCK_SIZE * D))
+        b_scale = tl.load(_scales_at(cache_ptr, blk, stride_cb, o_t, BLOCK_SIZE * D))
         b_scale = e4m3_unit(e4m3_unit(b_scale, FP8_CVT), FP8_CVT)  # [BLOCK_SIZE]
         o_p = i_blk * BLOCK_SIZE + o_t
         b_s = tl.maximum(mma(b_k, tl.trans(b_q), INTERPRET), 0.0) * b_w[None, :]
@@ -151,13 +128,6 @@ def _scales_at(cache_ptr, blk, stride_cb, o_t, VALUES: tl.constexpr):
     which follow the block's ``VALUES`` bytes of values."""
     p_scales = (cache_ptr + blk * stride_cb + VALUES).to(tl.pointer_type(tl.float32), bitcast=True)
     return p_scales + o_t
-
-
-@triton.jit
-def _table_entry(p_table, i_blk, n_used):
-    """The cache block of the request's block ``i_blk`` (0 past ``n_used``), from its block
-    table row at ``p_table``."""
-    return tl.load(p_table + i_blk, mask=i_blk < n_used, other=0).to(tl.int64)
 
 
 def tile(next_n: int, n_heads: int) -> tuple[int, int, int]:
@@ -204,7 +174,7 @@ def launch_paged_mqa_logits(q8, kv_cache, weights, limits, block_tables, out, *,
         q8.stride(0), q8.stride(1), q8.stride(2), weights.stride(0), weights.stride(1),
         out.stride(0),
         NEXT_N=next_n, G=g, H=n_heads, BLOCK_H=block_h, D=d, BLOCK_SIZE=block_size,
-        FP8_CVT=fp8_cvt, INTERPRET=interpret, FP8_DOT=products_fp8, SCALES_AHEAD=SCALES_AHEAD,
+        FP8_CVT=fp8_cvt, INTERPRET=interpret, FP8_DOT=products_fp8, NUM_STAGES=NUM_STAGES[family],
         num_warps=num_warps,
         num_stages=NUM_STAGES[family], maxnreg=register_cap(per_sm, num_warps),
         **LAUNCH_OPTIONS,

@@ -104,11 +104,11 @@ def paged_mqa_logits_kernel(
     # load of the step ahead (cp.async into shared memory), the blocks' scales too, where by
     # default it takes only the loads that feed the product (the values, and the table entries
     # their addresses come from) and leaves the scales a load waited for in the step (run 281:
-    # the largest stall). SASS, every target, Triton 3.8: no plain global load left in the loop.
+    # the largest stall). SASS, every target, Triton 3.8 and 3.9: no plain global load left in
+    # the loop (Triton 3.3 still leaves the scales a load in the step: slower, not wrong).
     # Against the scales loaded a block ahead into registers (shipped before; its register copy
     # at the step's end still waited for the load: run 289's profile) 1.00-1.06x at 8K-128K
-    # contexts, within 0.1 us on the short rows, and the same time as that form wherever it did
-    # not help (H100, run 293).
+    # contexts, within 0.1 us on the shortest (H100, run 293).
     for i_blk in tl.range(i_s, n_used, n_programs, num_stages=NUM_STAGES):
         blk = tl.load(p_table + i_blk).to(tl.int64)
         p_blk = cache_ptr + blk * stride_cb

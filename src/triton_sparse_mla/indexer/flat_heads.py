@@ -58,7 +58,7 @@ def mqa_logits_heads_kernel(
     stride_qm, stride_qh, stride_kn, stride_wm, stride_wh, stride_om,
     H: tl.constexpr, BLOCK_H: tl.constexpr, G: tl.constexpr, D: tl.constexpr,
     BLOCK_N: tl.constexpr, FP8_CVT: tl.constexpr, INTERPRET: tl.constexpr, FP8_DOT: tl.constexpr,
-    NUM_STAGES: tl.constexpr = 1,
+    NUM_STAGES: tl.constexpr,
 ):
     i_m = tl.program_id(0)
     i_n = tl.program_id(1)

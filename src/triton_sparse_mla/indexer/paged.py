@@ -78,7 +78,7 @@ def paged_mqa_logits_kernel(
     stride_wh, stride_om,
     NEXT_N: tl.constexpr, G: tl.constexpr, H: tl.constexpr, BLOCK_H: tl.constexpr,
     D: tl.constexpr, BLOCK_SIZE: tl.constexpr, FP8_CVT: tl.constexpr, INTERPRET: tl.constexpr,
-    FP8_DOT: tl.constexpr = False, NUM_STAGES: tl.constexpr = 1,
+    NUM_STAGES: tl.constexpr, FP8_DOT: tl.constexpr = False,
 ):
     i_b = tl.program_id(0)
     i_g = tl.program_id(1)

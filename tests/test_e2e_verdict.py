@@ -98,8 +98,11 @@ def test_in_engine_indexer_checks(device, monkeypatch):
                                     torch.randn(2, heads, generator=g).to(device), lens, tables,
                                     None, 32)
     assert [c["kind"] for c in checks] == ["prefill", "decode"]
-    # fp8 tensor cores accumulate with fewer bits than fp32 (the prefill call's 1.3e-4 on an H100)
-    assert all(c["rel_err"] <= indexer_tolerance(device) for c in checks), checks
+    # The fp8 tensor cores accumulate with fewer bits than fp32 (the prefill call gave 1.3e-4 on
+    # an H100): the indexer's tolerance there; exact fp16 products (the interpreter, SM80/86) keep
+    # 1e-6.
+    bound = indexer_tolerance(device)
+    assert all(c["rel_err"] < (bound if bound > 1e-5 else 1e-6) for c in checks), checks
     # a kernel 1% off
     monkeypatch.setattr(fallback, "paged_mqa_logits", lambda *a, **k: paged(*a, **k).mul_(1.01))
     bad = []

@@ -186,7 +186,7 @@ def _indexer_variants(family: str, cap: int):
     g, block_h = flat_heads.rows_per_program(64)
     h = flat_heads.TILE
     k = dict(H=64, BLOCK_H=block_h, G=g, D=128, BLOCK_N=h.block_n, FP8_CVT=cvt, INTERPRET=False,
-             FP8_DOT=products_fp8, NUM_STAGES=h.num_stages)
+             FP8_DOT=products_fp8, LOOP_STAGES=h.num_stages)
     yield ("mqa_logits_heads", flat_heads.mqa_logits_heads_kernel, types, k, aligned,
            h.num_warps, h.num_stages)
     names = _jit_fn(paged.paged_mqa_logits_kernel).arg_names
@@ -197,7 +197,7 @@ def _indexer_variants(family: str, cap: int):
         g, block_h, warps = paged.tile(next_n, heads)
         k = dict(NEXT_N=next_n, G=g, H=heads, BLOCK_H=block_h, D=128, BLOCK_SIZE=64,
                  FP8_CVT=cvt, INTERPRET=False, FP8_DOT=products_fp8,
-                 NUM_STAGES=paged.NUM_STAGES[family])
+                 LOOP_STAGES=paged.NUM_STAGES[family])
         cap_regs = paged.register_cap(paged.resident_programs(products_fp8, g * block_h), warps)
         yield (f"paged_mqa_logits next_n={next_n} H={heads}", paged.paged_mqa_logits_kernel, types, k,
                {n for n in names if n.endswith("_ptr")}

@@ -58,7 +58,7 @@ def mqa_logits_heads_kernel(
     stride_qm, stride_qh, stride_kn, stride_wm, stride_wh, stride_om,
     H: tl.constexpr, BLOCK_H: tl.constexpr, G: tl.constexpr, D: tl.constexpr,
     BLOCK_N: tl.constexpr, FP8_CVT: tl.constexpr, INTERPRET: tl.constexpr, FP8_DOT: tl.constexpr,
-    NUM_STAGES: tl.constexpr,
+    LOOP_STAGES: tl.constexpr,
 ):
     i_m = tl.program_id(0)
     i_n = tl.program_id(1)
@@ -76,7 +76,7 @@ def mqa_logits_heads_kernel(
     # (the loop's own pipeline depth, the launch's: every load of the step is copied ahead, the
     # keys' scales too, as in paged_mqa_logits_kernel; against the scales loaded in the step,
     # 0.95-1.04x over the bench's prefill rows, 1.01x summed: H100, run 293)
-    for n0 in tl.range(lo + i_n * BLOCK_N, hi, step, num_stages=NUM_STAGES):
+    for n0 in tl.range(lo + i_n * BLOCK_N, hi, step, num_stages=LOOP_STAGES):
         o_n = n0 + tl.arange(0, BLOCK_N)
         m_n = o_n < hi
         b_k = e4m3_rows_operand(k_ptr + o_n.to(tl.int64) * stride_kn, m_n, D, FP8_CVT, INTERPRET,
@@ -108,7 +108,7 @@ def launch(q8, k8, k_scale, weights, row_starts, row_ends, out, *, sm_count, fp8
         q8.stride(0), q8.stride(1), k8.stride(0), weights.stride(0), weights.stride(1),
         out.stride(0),
         H=n_heads, BLOCK_H=block_h, G=g, D=d, BLOCK_N=TILE.block_n, FP8_CVT=fp8_cvt,
-        INTERPRET=interpret, FP8_DOT=fp8_products, NUM_STAGES=TILE.num_stages,
+        INTERPRET=interpret, FP8_DOT=fp8_products, LOOP_STAGES=TILE.num_stages,
         num_warps=TILE.num_warps,
         num_stages=TILE.num_stages, **LAUNCH_OPTIONS,
     )

@@ -78,7 +78,7 @@ def paged_mqa_logits_kernel(
     stride_wh, stride_om,
     NEXT_N: tl.constexpr, G: tl.constexpr, H: tl.constexpr, BLOCK_H: tl.constexpr,
     D: tl.constexpr, BLOCK_SIZE: tl.constexpr, FP8_CVT: tl.constexpr, INTERPRET: tl.constexpr,
-    NUM_STAGES: tl.constexpr, FP8_DOT: tl.constexpr = False,
+    LOOP_STAGES: tl.constexpr, FP8_DOT: tl.constexpr = False,
 ):
     i_b = tl.program_id(0)
     i_g = tl.program_id(1)
@@ -109,7 +109,7 @@ def paged_mqa_logits_kernel(
     # Against the scales loaded a block ahead into registers (shipped before; its register copy
     # at the step's end still waited for the load: run 289's profile) 1.00-1.06x at 8K-128K
     # contexts, within 0.1 us on the shortest (H100, run 293).
-    for i_blk in tl.range(i_s, n_used, n_programs, num_stages=NUM_STAGES):
+    for i_blk in tl.range(i_s, n_used, n_programs, num_stages=LOOP_STAGES):
         blk = tl.load(p_table + i_blk).to(tl.int64)
         p_blk = cache_ptr + blk * stride_cb
         # [BLOCK_SIZE, D]: every position of a block is read (the mask is all true)
@@ -168,15 +168,16 @@ def launch_paged_mqa_logits(q8, kv_cache, weights, limits, block_tables, out, *,
     products_fp8 = fp8_dot(fp8_cvt, interpret)
     per_sm = PROGRAMS_PER_SM or resident_programs(products_fp8, g * block_h)
     programs = max(1, min(n_blocks_max, per_sm * sm_count // (batch * groups)))
+    stages = NUM_STAGES[family]
     paged_mqa_logits_kernel[(batch, groups, programs)](
         q8, kv_cache, weights, limits, block_tables, out,
         n_blocks_max, out.shape[1], kv_cache.stride(0), block_tables.stride(0),
         q8.stride(0), q8.stride(1), q8.stride(2), weights.stride(0), weights.stride(1),
         out.stride(0),
         NEXT_N=next_n, G=g, H=n_heads, BLOCK_H=block_h, D=d, BLOCK_SIZE=block_size,
-        FP8_CVT=fp8_cvt, INTERPRET=interpret, FP8_DOT=products_fp8, NUM_STAGES=NUM_STAGES[family],
+        FP8_CVT=fp8_cvt, INTERPRET=interpret, FP8_DOT=products_fp8, LOOP_STAGES=stages,
         num_warps=num_warps,
-        num_stages=NUM_STAGES[family], maxnreg=register_cap(per_sm, num_warps),
+        num_stages=stages, maxnreg=register_cap(per_sm, num_warps),
         **LAUNCH_OPTIONS,
     )
     return out

@@ -193,10 +193,8 @@ def rope_reference(x: torch.Tensor, cos_sin_cache: torch.Tensor, positions: torc
 def indexer_tolerance(device: torch.device) -> float:
     """The indexer's largest error allowed, relative to the largest logit: fp16 products are
     exact and accumulate in fp32 (SM80/86, the interpreter); the fp8 tensor cores' (SM89 and
-    newer, ``indexer.flat.FP8_DOT``) accumulate with fewer bits (relative error, norm, at most
-    1.7e-4 measured on an H200)."""
-    from triton_sparse_mla.indexer import flat
+    newer, :func:`triton_sparse_mla.indexer.fp8_products`) accumulate with fewer bits (relative
+    error, norm, at most 1.7e-4 measured on an H200)."""
+    from triton_sparse_mla.indexer import fp8_products
 
-    if flat.FP8_DOT and device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 9):
-        return 1e-3
-    return 2e-6
+    return 1e-3 if fp8_products(device) else 2e-6

@@ -21,8 +21,8 @@ import torch
 from . import configs
 from .api import sparse_mla_attention
 from .formats import quantize_fp8_ds_mla
-from .indexer import (mqa_logits, mqa_logits_reference, pack_indexer_k_cache, paged_mqa_logits,
-                      paged_mqa_logits_reference)
+from .indexer import (fp8_products, mqa_logits, mqa_logits_reference, pack_indexer_k_cache,
+                      paged_mqa_logits, paged_mqa_logits_reference)
 from .reference import sparse_mla_reference
 
 # (label, format, D_QK, q dtype); fp8_ds_mla always has the 576 geometry.
@@ -33,6 +33,9 @@ GEOMETRIES = [
     ("fp16 rows, D_QK 576", "fp16", 576, torch.float16),
 ]
 TOLERANCE = {"bf16": 2e-2, "fp16": 2e-2, "fp8_ds_mla": 3e-2}
+# The indexer's scores, relative error (norm) against float64: fp16 products are exact and sum in
+# fp32 (1.3e-7 measured); the fp8 tensor cores' sums keep fewer bits (up to 1.7e-4 measured).
+INDEXER_TOLERANCE = {False: 1e-5, True: 1e-3}
 
 
 def _problem(fmt, d_qk, dtype, t, h, k, n, device, seed):
@@ -126,6 +129,7 @@ def _indexer_problems(on_gpu: bool):
 def _check_indexer(device: torch.device, verbose) -> bool:
     """The indexer's two score kernels against their float64 reference; True if both passed."""
     all_ok = True
+    bound = INDEXER_TOLERANCE[fp8_products(device)]
     for label, fn, reference, args in _indexer_problems(device.type == "cuda"):
         try:
             got, elapsed = _timed(
@@ -138,7 +142,7 @@ def _check_indexer(device: torch.device, verbose) -> bool:
         valid = torch.isfinite(ref)
         got = got.double().cpu()[valid]
         rel = ((got - ref[valid]).norm() / ref[valid].norm()).item()
-        ok = bool(torch.isfinite(got).all()) and rel < 1e-5
+        ok = bool(torch.isfinite(got).all()) and rel < bound
         all_ok &= ok
         verbose(f"{'ok   ' if ok else 'FAIL '} {label:37}: rel err {rel:.2e}, {elapsed * 1e3:.0f} ms")
     return all_ok

@@ -7,8 +7,9 @@ from triton_sparse_mla import check, cli
 from triton_sparse_mla.indexer import flat, fp8_products
 
 
-def test_self_check_passes(device, capsys):  # (device: skips where no kernel can run)
-    """``triton-sparse-mla check`` as a user runs it: exit status 0, every verdict ok."""
+def test_self_check_passes(device, capsys):
+    """``triton-sparse-mla check`` as a user runs it: exit status 0, every verdict ok (the
+    ``device`` fixture skips it where no kernel can run)."""
     status = cli.main(["check"])
     lines = capsys.readouterr().out.splitlines()
     verdicts = [line for line in lines if line.startswith(("ok", "FAIL"))]

@@ -129,7 +129,8 @@ def _indexer_problems(on_gpu: bool):
 def _check_indexer(device: torch.device, verbose) -> bool:
     """The indexer's two score kernels against their float64 reference; True if both passed."""
     all_ok = True
-    bound = INDEXER_TOLERANCE[fp8_products(device)]
+    products = "fp8" if fp8_products(device) else "fp16"
+    bound = INDEXER_TOLERANCE[products == "fp8"]
     for label, fn, reference, args in _indexer_problems(device.type == "cuda"):
         try:
             got, elapsed = _timed(
@@ -144,7 +145,8 @@ def _check_indexer(device: torch.device, verbose) -> bool:
         rel = ((got - ref[valid]).norm() / ref[valid].norm()).item()
         ok = bool(torch.isfinite(got).all()) and rel < bound
         all_ok &= ok
-        verbose(f"{'ok   ' if ok else 'FAIL '} {label:37}: rel err {rel:.2e}, {elapsed * 1e3:.0f} ms")
+        verbose(f"{'ok   ' if ok else 'FAIL '} {label:37}: rel err {rel:.2e} ({products} products, "
+                f"bound {bound:.0e}), {elapsed * 1e3:.0f} ms")
     return all_ok
 
 

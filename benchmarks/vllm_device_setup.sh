@@ -39,6 +39,16 @@ def is_fused_q_cutedsl_supported(*args, **kwargs):
 def fused_q_cutedsl(*args, **kwargs):
     raise RuntimeError("fused_q_cutedsl needs cutlass-dsl, which is not installed")
 PY
+  # vLLM 0.34's kernel warm-up imports the MiniMax-M3 kernels on every CUDA run, and their
+  # modules import cutlass-dsl; the model is not run here, so its warm-up does nothing.
+  w="$site/vllm/model_executor/warmup/minimax_m3_msa_warmup.py"
+  if grep -q "minimax_m3_msa_warmup" "$site/vllm/model_executor/warmup/kernel_warmup.py"; then
+    cat > "$w" <<'PY'
+# Stub written by benchmarks/vllm_device_setup.sh: cutlass-dsl is not installed here.
+def minimax_m3_msa_warmup(worker):
+    return None
+PY
+  fi
 fi
 # DeepGEMM (carried in vllm-dg.tar.xz) compiles its kernels with nvcc at run time.
 if [ -z "${CUDA_HOME:-}" ]; then

@@ -5,8 +5,9 @@ else shrunk, dense layers only) runs greedy decoding once per attention backend,
 fresh process, on the same seeded dummy weights. Prints per-prompt tokens and logprobs, a
 verdict, and writes everything as JSON.
 
-Needs a Hopper/Blackwell GPU (N of them with ``--tp N``), vLLM 0.33 (0.34 not run here yet)
-with DeepGEMM (the DSA indexer uses it) and this project's plugin. On the device machine:
+Needs a Hopper/Blackwell GPU (N of them with ``--tp N``), vLLM 0.33 or 0.34 (both run on an
+H100: docs/gpu-runs.md, runs 288 and 304-306) with DeepGEMM (the DSA indexer uses it) and this
+project's plugin. On the device machine:
 
     bash benchmarks/vllm_device_setup.sh python3 benchmarks/vllm_e2e.py OUT.json
 

@@ -17,20 +17,10 @@ import triton
 import triton.language as tl
 
 from ..hostmath import cdiv, next_power_of_2
-from .common import LAUNCH_OPTIONS, LN2, sink_factor
+from .common import LAUNCH_OPTIONS, LN2, scalar_mask, sink_factor
 
 BLOCK_HC = 2  # heads per program (run 174: 2 beat 8 alone at every T, H and split count timed)
 NUM_WARPS = 8
-
-
-@triton.jit
-def _split_mask(m_h, s, n_splits):
-    """The heads of mask ``m_h`` [BLOCK_HC, 1] that split ``s`` holds: all while
-    ``s < n_splits``, none after. (The comparison is made on a tensor of ``s``: Triton 3.9's
-    interpreter stores a scalar comparison as int32 and rejects the mask that ANDs it in, and
-    Triton 3.3's cannot make the boolean constant of ``tl.where(s < n_splits, m_h, False)``.
-    Compiled, the forms are the same code.)"""
-    return m_h & (tl.zeros(m_h.shape, tl.int32) + s < n_splits)
 
 
 # Not specialized (they follow the split count and the head count, which vary from call to
@@ -56,12 +46,12 @@ def combine_kernel(
     # its layout on the accumulator); the repeated lse loads hit L1.
     b_max = tl.full([BLOCK_HC, 1], float("-inf"), tl.float32)
     for s in tl.static_range(BLOCK_S):
-        b_max = tl.maximum(b_max, tl.load(p_lse + s, mask=_split_mask(m_h, s, n_splits),
+        b_max = tl.maximum(b_max, tl.load(p_lse + s, mask=m_h & scalar_mask(o_h, s < n_splits),
                                             other=float("-inf")))
     b_max = tl.where(b_max == float("-inf"), 0.0, b_max)
     b_sum = tl.zeros([BLOCK_HC, 1], tl.float32)
     for s in tl.static_range(BLOCK_S):
-        b_sum += tl.exp2(tl.load(p_lse + s, mask=_split_mask(m_h, s, n_splits),
+        b_sum += tl.exp2(tl.load(p_lse + s, mask=m_h & scalar_mask(o_h, s < n_splits),
                                  other=float("-inf")) - b_max)
     m_empty = b_sum == 0.0  # (a NaN split lse gives a NaN sum: NaN, not -inf)
     b_lse2 = tl.where(m_empty, float("-inf"), b_max + tl.log2(tl.where(m_empty, 1.0, b_sum)))
@@ -73,7 +63,7 @@ def combine_kernel(
     p_po = part_o_ptr + i_t * stride_po_t + o_h * stride_po_h + o_d
     acc = tl.zeros([BLOCK_HC, D_V], dtype=tl.float32)
     for s in tl.static_range(BLOCK_S):
-        m_s = _split_mask(m_h, s, n_splits)
+        m_s = m_h & scalar_mask(o_h, s < n_splits)
         b_w = tl.exp2(tl.load(p_lse + s, mask=m_s, other=float("-inf")) - b_max) * b_scale
         acc += tl.load(p_po + s * stride_po_s, mask=m_s, other=0.0) * b_w
     tl.store(out_ptr + i_t * stride_o_t + o_h * stride_o_h + o_d, acc.to(out_ptr.dtype.element_ty),

@@ -70,3 +70,34 @@ def test_bench_options_refused_before_any_work(monkeypatch, capsys):
     assert "triton-sparse-mla[bench]" in capsys.readouterr().err
     assert cli.main(["bench", "--phase", "indexer", "--formats", "bf16", "--no-torch"]) == 2
     assert "--formats, --no-torch" in capsys.readouterr().err
+
+
+def test_eager_timing_queues_an_untimed_call_first(monkeypatch):
+    """Prefill rows are timed eagerly (``time_us(fn, graph=False)``): each group of
+    ``EAGER_REPS`` timed calls is queued behind one untimed call, so that the first timed call's
+    host work overlaps a busy device instead of lying between the events; the time reported is
+    the events' interval over the timed calls only."""
+    log = []
+
+    class FakeEvent:
+        def __init__(self, enable_timing):
+            self.at = None
+
+        def record(self):
+            self.at = len(log)
+            log.append("event")
+
+        def synchronize(self):
+            pass
+
+        def elapsed_time(self, end):  # ms: 1 per call queued between the two events
+            return float(sum(1 for x in log[self.at:end.at] if x == "call"))
+
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    assert bench._eager_ms(lambda: log.append("call"), 4, lead=True) == 1.0
+    assert log == ["call", "event"] + ["call"] * 4 + ["event"]
+    log.clear()
+    assert bench.time_us(lambda: log.append("call"), graph=False) == 1e3
+    groups = "".join("c" if x == "call" else "|" for x in log)
+    # compile call, one single call timed, then three groups, each behind an untimed call
+    assert groups == "c" + "|c|" + ("c|" + "c" * bench.EAGER_REPS + "|") * 3, groups

@@ -114,9 +114,15 @@ EAGER_REPS = 10
 HEAT_S = 2.0
 
 
-def _eager_ms(fn, reps=1) -> float:
-    """Milliseconds per call of ``reps`` calls queued between two events."""
+def _eager_ms(fn, reps=1, lead=False) -> float:
+    """Milliseconds per call of ``reps`` calls queued between two events. With ``lead``, one
+    untimed call is queued before the first event, so that the device is busy while the first
+    timed call's host work runs (as in serving, where the kernels before it keep the device busy);
+    without, that host work lies between the events on an idle device, adding its length over
+    ``reps`` to every call."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    if lead:
+        fn()
     start.record()
     for _ in range(reps):
         fn()
@@ -137,17 +143,17 @@ def heat(fn, seconds: float = HEAT_S):
 def time_us(fn, graph=True) -> float:
     """Median of CUDA-graph replays (falls back to eager events if capture fails), or with
     ``graph=False`` (prefill: vLLM runs it eagerly, and the fp8 workspace's exact row count
-    cannot be captured) eager calls queued back to back, ``EAGER_REPS`` between two events, the
-    median of three such groups: the host's launch work overlaps the device's as in serving,
-    except where a call waits for the device itself. A call slower than ``SLOW_MS`` (the PyTorch
-    baseline on prefill workloads takes up to a second) is timed as the median of three eager
-    calls."""
+    cannot be captured) eager calls queued back to back, ``EAGER_REPS`` between two events
+    behind one untimed call, the median of three such groups: the host's launch work overlaps
+    the device's as in serving, except where a call waits for the device itself. A call slower
+    than ``SLOW_MS`` (the PyTorch baseline on prefill workloads takes up to a second) is timed
+    as the median of three eager calls."""
     fn()  # compiles and warms up
     first = _eager_ms(fn)
     if first > SLOW_MS:
         return statistics.median(_eager_ms(fn) for _ in range(3)) * 1e3
     if not graph:
-        return statistics.median(_eager_ms(fn, EAGER_REPS) for _ in range(3)) * 1e3
+        return statistics.median(_eager_ms(fn, EAGER_REPS, lead=True) for _ in range(3)) * 1e3
     try:
         return triton.testing.do_bench_cudagraph(fn, rep=100, return_mode="median") * 1e3
     except Exception:  # noqa: BLE001 - an op that cannot be captured is still timed eagerly

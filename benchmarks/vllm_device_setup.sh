@@ -39,8 +39,9 @@ def is_fused_q_cutedsl_supported(*args, **kwargs):
 def fused_q_cutedsl(*args, **kwargs):
     raise RuntimeError("fused_q_cutedsl needs cutlass-dsl, which is not installed")
 PY
-  # vLLM 0.34's kernel warm-up imports the MiniMax-M3 kernels on every CUDA run, and their
-  # modules import cutlass-dsl; the model is not run here, so its warm-up does nothing.
+  # vLLM's kernel warm-up calls the MiniMax-M3 one on every run; in 0.34 that module imports
+  # the model's kernels, which import cutlass-dsl. The model is not run here, so its warm-up
+  # does nothing (0.33's did nothing for other models either).
   w="$site/vllm/model_executor/warmup/minimax_m3_msa_warmup.py"
   if grep -q "minimax_m3_msa_warmup" "$site/vllm/model_executor/warmup/kernel_warmup.py"; then
     cat > "$w" <<'PY'

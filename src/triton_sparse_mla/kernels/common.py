@@ -41,7 +41,7 @@ def scalar_mask(offsets, cond):
     int32 and then refuses it as a mask, or as the operand of a mask's ``&``. Compiled, this
     form is one comparison: the combine kernel's PTX is the same as with the comparison made on
     a tensor of the split index, and the fp8 row kernels' a few instructions shorter than with
-    ``offsets >= tl.where(cond, 0, 1 << 30)``; Triton 3.8, sm80-sm120.)"""
+    ``offsets >= tl.where(cond, 0, 1 << 30)``; Triton 3.8 and 3.9, sm80-sm120.)"""
     return (tl.zeros(offsets.shape, tl.int32) + cond.to(tl.int32)) != 0
 
 

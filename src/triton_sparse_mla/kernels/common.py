@@ -40,8 +40,8 @@ def scalar_mask(offsets, cond):
     (A scalar mask does the same on a GPU, but Triton 3.9's interpreter splats a scalar bool as
     int32 and then refuses it as a mask, or as the operand of a mask's ``&``. Compiled, this
     form is one comparison: the combine kernel's PTX is the same as with the comparison made on
-    a tensor of the split index, and the fp8 row kernels' a few instructions shorter than with
-    ``offsets >= tl.where(cond, 0, 1 << 30)``; Triton 3.8 and 3.9, sm80-sm120.)"""
+    a tensor of the split index (Triton 3.8 and 3.9, sm80-sm120), and the fp8 row kernels' a
+    few instructions shorter than with ``offsets >= tl.where(cond, 0, 1 << 30)`` (3.8).)"""
     return (tl.zeros(offsets.shape, tl.int32) + cond.to(tl.int32)) != 0
 
 

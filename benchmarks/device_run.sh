@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One self-contained call on the GPU machine: install, test, sanitize, sweep, benchmark.
 # Usage (on the device, from the repo root): bash benchmarks/device_run.sh [steps...]
-# Steps: triton-a triton-b tests sanitizer sweep envab intdecode narrow stride fp8sweep splits splits-len warps fp8choice wsparts overhead residency residency-toggle residency-warps indexer indexer-fp8dot indexer-tiles indexer-heads indexer-heads-tiles indexer-env indexer-ncu ncu ppc ppncu nbprobe vllmtests mid grid gatherl2 splitn splitlat splitprobe exchange apart racecheck racecheck-producer wide latency toggle bench prefill (default: tests sanitizer sweep bench
+# Steps: triton-a triton-b tests sanitizer sweep envab intdecode narrow stride fp8sweep splits splits-len warps fp8choice fp8short wsparts overhead residency residency-toggle residency-warps indexer indexer-fp8dot indexer-tiles indexer-heads indexer-heads-tiles indexer-env indexer-ncu ncu ppc ppncu nbprobe vllmtests mid grid gatherl2 splitn splitlat splitprobe exchange apart racecheck racecheck-producer wide latency toggle bench prefill (default: tests sanitizer sweep bench
 # prefill). toggle and residency-toggle time a boolean TileConfig field off and on, named by
 # $TOGGLE (e.g. TOGGLE=prefetch_idx), on the workloads of one row format if $TOGGLE_FMT is set
 # (e.g. TOGGLE_FMT=fp8_ds_mla) and of the head counts in $TOGGLE_HEADS (toggle only; e.g.
@@ -58,6 +58,8 @@ for s in $steps; do
     splitn) timeout 200 python3 benchmarks/split_count.py "$OUT/split-count.json" 2>&1 | tee "$OUT/split-count.log" | grep SPLITN ;;
     splitlat) timeout 400 python3 benchmarks/split_count.py "$OUT/split-latency.json" --latency --rounds 3 2>&1 | tee "$OUT/split-latency.log" | grep SPLITN ;;
     mid) timeout 300 python3 benchmarks/mid_heads.py "$OUT/mid-heads.json" --rounds 4 2>&1 | tee "$OUT/mid-heads.log" | grep MID ;;
+    fp8short) # fp8_ds_mla batches of short contexts: the workspace rule's reading of them
+      timeout 240 python3 benchmarks/fp8_short_contexts.py "$OUT/fp8-short-contexts.json" 2>&1 | tee "$OUT/fp8-short-contexts.log" | grep -E "SHORT|Error" ;;
     overhead) # a prefill call's time four ways, ours and FlashMLA's (benchmarks/call_overhead.py;
       # workloads from $OVERHEAD_WORKLOADS, default ShardQ's 64-head shapes and T=4096)
       timeout 300 python3 benchmarks/call_overhead.py "$OUT/call-overhead.json" ${OVERHEAD_WORKLOADS:-} 2>&1 | tee "$OUT/call-overhead.log" | grep -E "OVERHEAD|Error" ;;

@@ -48,8 +48,8 @@ def _synced_ms(fn, reps) -> float:
     return start.elapsed_time(end) / reps
 
 
-def _graph_ms(fn, reps) -> float | None:
-    """Milliseconds per replay of a CUDA graph of one call, or None if it cannot be captured."""
+def _captured(fn):
+    """A CUDA graph of one call of ``fn``, or None if it cannot be captured."""
     try:
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
@@ -61,15 +61,16 @@ def _graph_ms(fn, reps) -> float | None:
             fn()
     except Exception:  # noqa: BLE001 - a call that cannot be captured has no graph time
         return None
-    return _eager_ms(graph.replay, reps, lead=True)
+    return graph
 
 
 def ways_us(fn, rounds) -> dict:
     heat(fn, 1.0)
+    graph = _captured(fn)
     ways = {"queued": lambda: _eager_ms(fn, EAGER_REPS, lead=True),
             "idle": lambda: _eager_ms(fn, EAGER_REPS),
             "synced": lambda: _synced_ms(fn, EAGER_REPS),
-            "graph": lambda: _graph_ms(fn, EAGER_REPS)}
+            "graph": lambda: None if graph is None else _eager_ms(graph.replay, EAGER_REPS, lead=True)}
     out = {}
     for name, way in ways.items():
         times = [way() for _ in range(rounds)]

@@ -70,7 +70,8 @@ def ways_us(fn, rounds) -> dict:
     ways = {"queued": lambda: _eager_ms(fn, EAGER_REPS, lead=True),
             "idle": lambda: _eager_ms(fn, EAGER_REPS),
             "synced": lambda: _synced_ms(fn, EAGER_REPS),
-            "graph": lambda: graph and _eager_ms(graph.replay, EAGER_REPS, lead=True)}
+            "graph": lambda: (None if graph is None
+                              else _eager_ms(graph.replay, EAGER_REPS, lead=True))}
     out = {}
     for name, way in ways.items():
         times = [way() for _ in range(rounds)]

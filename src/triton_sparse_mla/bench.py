@@ -107,11 +107,16 @@ SLOW_MS = 100.0  # calls slower than this are timed eagerly, three times (only t
 
 
 EAGER_REPS = 10
-# Seconds of untimed calls before a prefill workload is timed. A prefill row's first timed
-# kernel ran 5-9% faster than the same kernel timed after it (H200, runs 160-162: the GPU's
-# clocks fall as long prefill calls heat it); ours is timed first in each row, so without this
-# the ratio to FlashMLA, timed second, would lean our way.
+# Seconds of untimed calls before a prefill call is timed. A prefill row's first timed kernel
+# ran 5-9% faster than the same kernel timed after it (H200, runs 160-162: the GPU's clocks fall
+# as long prefill calls heat it). Every call a row compares is heated, and their groups are timed
+# in turn (:func:`time_in_turn`): run 311 (H100) found FlashMLA, timed unheated after ours and
+# the reference check, 10-17% faster than when heated like ours.
 HEAT_S = 2.0
+# Turns each call a row compares takes (:func:`time_in_turn`), and milliseconds of CUDA-graph
+# replays per call and row (decode), shared among its turns.
+ROUNDS = 3
+REP_MS = 100
 
 
 def _eager_ms(fn, reps=1, lead=False) -> float:
@@ -140,24 +145,43 @@ def heat(fn, seconds: float = HEAT_S):
     torch.cuda.synchronize()
 
 
-def time_us(fn, graph=True) -> float:
+def time_in_turn(fns, graph=False) -> list:
+    """Microseconds per call of each of ``fns``, the calls a row compares, timed in turn:
+    ``ROUNDS`` times each runs once, and each one's median is reported. Eager (``graph=False``,
+    prefill: vLLM runs it so) each is first heated for :data:`HEAT_S`, and a turn is a group of
+    ``EAGER_REPS`` calls queued behind one untimed call (:func:`_eager_ms`); with ``graph`` a
+    turn is :func:`time_us` over ``REP_MS / ROUNDS`` of CUDA-graph replays. Taking turns gives
+    every call the same clocks, which fall as the GPU heats."""
+    if not graph:
+        for fn in fns:
+            heat(fn)
+    groups = [[] for _ in fns]
+    for _ in range(ROUNDS):
+        for group, fn in zip(groups, fns):
+            group.append(time_us(fn, rep_ms=REP_MS / ROUNDS) if graph
+                         else _eager_ms(fn, EAGER_REPS, lead=True) * 1e3)
+    return [statistics.median(group) for group in groups]
+
+
+def time_us(fn, graph=True, rep_ms=None) -> float:
     """Median of CUDA-graph replays (falls back to eager events if capture fails), or with
     ``graph=False`` (prefill: vLLM runs it eagerly, and the fp8 workspace's exact row count
     cannot be captured) eager calls queued back to back, ``EAGER_REPS`` between two events
-    behind one untimed call, the median of three such groups: the host's launch work overlaps
+    behind one untimed call, the median of ``ROUNDS`` such groups: the host's launch work overlaps
     the device's as in serving, except where a call waits for the device itself. A call slower
     than ``SLOW_MS`` (the PyTorch baseline on prefill workloads takes up to a second) is timed
-    as the median of three eager calls."""
+    as the median of three eager calls. ``rep_ms``: milliseconds of replays (default
+    :data:`REP_MS`)."""
     fn()  # compiles and warms up
     first = _eager_ms(fn)
     if first > SLOW_MS:
         return statistics.median(_eager_ms(fn) for _ in range(3)) * 1e3
     if not graph:
-        return statistics.median(_eager_ms(fn, EAGER_REPS, lead=True) for _ in range(3)) * 1e3
+        return statistics.median(_eager_ms(fn, EAGER_REPS, lead=True) for _ in range(ROUNDS)) * 1e3
     try:
-        return triton.testing.do_bench_cudagraph(fn, rep=100, return_mode="median") * 1e3
+        return triton.testing.do_bench_cudagraph(fn, rep=rep_ms or REP_MS, return_mode="median") * 1e3
     except Exception:  # noqa: BLE001 - an op that cannot be captured is still timed eagerly
-        return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e3
+        return triton.testing.do_bench(fn, warmup=25, rep=rep_ms or REP_MS, return_mode="median") * 1e3
 
 
 def _copy_us(nbytes: int) -> float:
@@ -270,15 +294,13 @@ def run_workload(w: Workload, caches: Caches, ceilings: dict, baseline=True,
     def ours():
         sparse_mla_attention(q, kv, idx, scale, topk_length=lengths, out=out)
 
-    if not graph:
-        heat(ours)
-    ours_us = time_us(ours, graph)
+    fm = flashmla_fn(w, q, kv, idx, lengths, scale) if baseline else None
+    if fm is not None and _or_none("FlashMLA", w, lambda: fm() or True) is None:
+        fm = None  # (reported; ours is still timed)
+    ours_us, fm_us = (time_in_turn([ours, fm], graph) if fm is not None
+                      else time_in_turn([ours], graph) + [None])
     rel_err = _or_none("the reference check", w,
                        lambda: reference_error(q, kv, idx, lengths, scale, out))
-    fm_us = None
-    fm = flashmla_fn(w, q, kv, idx, lengths, scale) if baseline else None
-    if fm is not None:
-        fm_us = _or_none("FlashMLA", w, lambda: time_us(fm, graph))
     torch_us = None
     if torch_baseline:
         torch_us = _or_none("PyTorch", w, lambda: time_us(

@@ -6,14 +6,18 @@ the caller's ``rows_bound``. A batch of decode tokens, each of its own request w
 reads ``K / c`` entries a row: at 128 heads (``MIN_REUSE_GLUON``'s 8) a batch of 1024 tokens
 with contexts of 256 rows passes for reused 8 times. Such batches (vLLM's decode under data-
 parallel attention, every head on each rank) take the workspace from ``MIN_TOKENS`` tokens on;
-this times whether that loses, and what lowering ``MIN_TOKENS`` to 512 would do there.
+this times whether that loses, and what lowering ``MIN_TOKENS`` to 512 would do there. Since
+run 311 (H100: it lost, 1.49x slower at T=1024 H=128 c=256) the plugin also passes
+``entries_bound``, here ``T x c``, and the rule reads the reuse over it.
 
 Per workload (T tokens, H heads, contexts of c rows; token i's rows ``i x c .. i x c + c - 1``
 of a 1M-row cache, all selected in random order, the rest of its K = 2048 entries -1 and its
 ``topk_length`` c), each path heated 1 s and timed eagerly:
 
 * ``in_kernel``: ``fp8_workspace=False``;
-* ``auto``: the shipped rule with ``rows_bound = T x c`` (what the vLLM plugin passes);
+* ``rows_only``: the shipped rule with ``rows_bound = T x c`` alone (the plugin before
+  ``entries_bound``);
+* ``auto``: the shipped rule with both bounds, ``entries_bound = T x c`` (the plugin now);
 * ``workspace``: ``fp8_workspace=True`` with the same bound (the workspace whatever the rule).
 
 Usage (GPU): python benchmarks/fp8_short_contexts.py OUT.json
@@ -57,18 +61,21 @@ def main(path):
         q, kv, idx, lengths = inputs(t, h, c, caches)
         bound = t * c
 
-        def call(mode, q=q, kv=kv, idx=idx, lengths=lengths, bound=bound):
+        def call(mode, entries=None, q=q, kv=kv, idx=idx, lengths=lengths, bound=bound):
             return lambda: sparse_mla_attention(q, kv, idx, scale, topk_length=lengths,
-                                                fp8_workspace=mode, rows_bound=bound)
+                                                fp8_workspace=mode, rows_bound=bound,
+                                                entries_bound=entries)
 
-        in_kernel, auto, ws = (_heated_us(call(m)) for m in (False, None, True))
+        in_kernel, rows_only, auto, ws = (_heated_us(call(m, e)) for m, e in (
+            (False, None), (None, None), (None, bound), (True, None)))
         err = reference_error(q, kv, idx, lengths, scale, call(True)())
         rec = dict(t=t, h=h, context=c, rows_bound=bound, reuse_read=t * K / bound, reuse=1.0,
-                   in_kernel_us=in_kernel, auto_us=auto, workspace_us=ws,
+                   in_kernel_us=in_kernel, rows_only_us=rows_only, auto_us=auto, workspace_us=ws,
                    workspace_rel_err=err)
         records.append(rec)
         print(f"SHORT T={t:5d} H={h:3d} ctx={c:5d} (reuse read {rec['reuse_read']:4.1f}) "
-              f"in-kernel {in_kernel:8.1f} auto {auto:8.1f} workspace {ws:8.1f} "
+              f"in-kernel {in_kernel:8.1f} rows-only {rows_only:8.1f} auto {auto:8.1f} "
+              f"workspace {ws:8.1f} "
               f"x{in_kernel / ws:4.2f} err {err:.1e}", flush=True)
         with open(path, "w") as f:
             json.dump(dict(header=header(), records=records,

@@ -191,6 +191,36 @@ def test_rows_bound_sizes_the_workspace_without_counting(device, monkeypatch):
     assert torch.equal(ws.cpu()[new_idx.cpu()[want >= 0].long()], _bf16_rows(kv).cpu()[want[want >= 0].long()])
 
 
+def test_entries_bound_reads_the_reuse_over_valid_entries(device, monkeypatch):
+    """T x K entries over-read the reuse of a batch of short contexts (each token its own
+    request, its valid entries at the front): with the caller's bound on the valid entries the
+    rule sees each row read once and keeps the in-kernel path, while without it the same shapes
+    and row bound take the workspace. Either way the output is the in-kernel one."""
+    t, k, context = 8, 64, 8
+    prob = make_problem(t=t, h=16, k=k, n=t * context, fmt="fp8_ds_mla", device=device)
+    own = torch.arange(t, device=device)[:, None] * context
+    idx = torch.full((t, k), -1, dtype=torch.int32, device=device)
+    idx[:, :context] = (own + torch.arange(context, device=device)[None, :]).to(torch.int32)
+    lengths = torch.full((t,), context, dtype=torch.int32, device=device)
+    kv = prob.kv
+    bounds = dict(rows_bound=t * context)  # every row named once: reuse 1, read as k / context
+    assert workspace.build(kv, idx, lengths, 0, force=False, reuse=k // context, **bounds) is not None
+    assert workspace.build(kv, idx, lengths, 0, force=False, reuse=k // context,
+                           entries_bound=t * context, **bounds) is None
+    monkeypatch.setattr(workspace, "MIN_TOKENS", 1)
+    monkeypatch.setattr(workspace, "MIN_REUSE_GLUON", ((None, k // context, k // context),))
+    monkeypatch.setattr(workspace, "MIN_REUSE", k // context)
+    built = []
+    build = workspace.build
+    monkeypatch.setattr(workspace, "build", lambda *a, **kw: built.append(build(*a, **kw)) or built[-1])
+    out = sparse_mla_attention(prob.q, kv, idx, prob.sm_scale, topk_length=lengths,
+                               entries_bound=t * context, **bounds)
+    assert built == [None]
+    in_kernel = sparse_mla_attention(prob.q, kv, idx, prob.sm_scale, topk_length=lengths,
+                                     fp8_workspace=False)
+    assert torch.equal(out, in_kernel)
+
+
 def test_first_tokens_counted_first(device, monkeypatch):
     """Where the rows are counted, the first tokens' rows are counted alone first, and a call
     whose first tokens already name more rows than pay keeps the in-kernel conversion without
@@ -263,11 +293,12 @@ def test_argument_errors(device):
     with pytest.raises(ValueError, match="fp8_workspace: True needs fp8_ds_mla rows .* got kv of "
                                          "dtype torch.bfloat16"):
         _call(bf16_rows, fp8_workspace=True)
-    for bad, err, msg in ((1.5, TypeError, "rows_bound: expected None or an int, got 1.5"),
-                          (True, TypeError, "rows_bound: expected None or an int, got True"),
-                          (-1, ValueError, "rows_bound: expected an int >= 0, got -1")):
-        with pytest.raises(err, match=msg):
-            _call(prob, rows_bound=bad)
+    for name in ("rows_bound", "entries_bound"):
+        for bad, err, msg in ((1.5, TypeError, f"{name}: expected None or an int, got 1.5"),
+                              (True, TypeError, f"{name}: expected None or an int, got True"),
+                              (-1, ValueError, f"{name}: expected an int >= 0, got -1")):
+            with pytest.raises(err, match=msg):
+                _call(prob, **{name: bad})
     # False (and None) on bf16 rows is the plain kernel, as without the argument.
     assert torch.equal(_call(bf16_rows, fp8_workspace=False)[0], _call(bf16_rows)[0])
 

@@ -48,7 +48,8 @@ def _split_query(q):
 
 
 def sparse_mla_attention(q, kv, indices, sm_scale, *, topk_length=None, attn_sink=None,
-                         out=None, return_lse=False, fp8_workspace=None, rows_bound=None):
+                         out=None, return_lse=False, fp8_workspace=None, rows_bound=None,
+                         entries_bound=None):
     """Sparse Multi-head Latent Attention over gathered cache rows.
 
     For every query token ``t`` and head ``h``, attend to the cache rows named by
@@ -85,6 +86,13 @@ def sparse_mla_attention(q, kv, indices, sm_scale, *, topk_length=None, attn_sin
             without counting the rows and reading the count back from the device; entries of
             rows past an understated bound count as invalid. Ignored for bf16/fp16 rows and
             while a CUDA graph is captured.
+        entries_bound: optional int known on the host, at least the number of valid entries
+            of ``indices`` (e.g. over the requests, query tokens times the smaller of context
+            length and ``K``). The fp8 workspace's rule then reads ``min(T x K,
+            entries_bound)`` entries per distinct row, not ``T x K``: a batch of short contexts
+            whose rows are each read once keeps the in-kernel conversion. Only steers that
+            choice (an understated bound can only keep the in-kernel path); ignored for
+            bf16/fp16 rows.
 
     Returns:
         ``out [T, H, 512]`` in q's dtype, or ``(out, lse)`` with ``return_lse=True``. A row
@@ -167,11 +175,12 @@ def sparse_mla_attention(q, kv, indices, sm_scale, *, topk_length=None, attn_sin
             raise ValueError(f"attn_sink: expected shape [{h_count}] (q's heads), got {list(attn_sink.shape)}")
     if fp8_workspace is not None and not isinstance(fp8_workspace, bool):
         raise TypeError(f"fp8_workspace: expected None, True or False, got {fp8_workspace!r}")
-    if rows_bound is not None:
-        if isinstance(rows_bound, bool) or not isinstance(rows_bound, Integral):
-            raise TypeError(f"rows_bound: expected None or an int, got {rows_bound!r}")
-        if rows_bound < 0:
-            raise ValueError(f"rows_bound: expected an int >= 0, got {rows_bound}")
+    for name, bound in (("rows_bound", rows_bound), ("entries_bound", entries_bound)):
+        if bound is not None:
+            if isinstance(bound, bool) or not isinstance(bound, Integral):
+                raise TypeError(f"{name}: expected None or an int, got {bound!r}")
+            if bound < 0:
+                raise ValueError(f"{name}: expected an int >= 0, got {bound}")
     if fp8_workspace is True and not fp8:
         raise ValueError(f"fp8_workspace: True needs fp8_ds_mla rows (uint8 [N, 656]), got kv "
                          f"of dtype {kv.dtype}")
@@ -194,7 +203,8 @@ def sparse_mla_attention(q, kv, indices, sm_scale, *, topk_length=None, attn_sin
         built = workspace.build(kv, indices, topk_length, fp8_cvt, force=fp8_workspace is True,
                                 reuse=workspace.min_reuse(h_count, gluon),
                                 counted_reuse=workspace.min_reuse(h_count, gluon, counted=True),
-                                rows_bound=None if rows_bound is None else int(rows_bound))
+                                rows_bound=None if rows_bound is None else int(rows_bound),
+                                entries_bound=None if entries_bound is None else int(entries_bound))
         if built is not None:
             kv, indices = built
             fp8 = False

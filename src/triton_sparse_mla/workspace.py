@@ -127,7 +127,7 @@ def _pays(entries: int, rows: int, max_bytes: int, reuse: int) -> bool:
 
 def build(kv: torch.Tensor, indices: torch.Tensor, topk_length, fp8_cvt: int, *, force: bool,
           reuse: int | None = MIN_REUSE, counted_reuse: int | None = MIN_REUSE,
-          rows_bound: int | None = None):
+          rows_bound: int | None = None, entries_bound: int | None = None):
     """Dequantize the rows that valid entries of ``indices`` name into a workspace.
 
     Args:
@@ -146,6 +146,8 @@ def build(kv: torch.Tensor, indices: torch.Tensor, topk_length, fp8_cvt: int, *,
             counted; the entries of rows past an understated bound become invalid. Ignored
             while a CUDA graph is captured (the values at capture need not bound those at
             replay).
+        entries_bound: the caller's bound on the valid entries (host-known), or None: every
+            decision below reads ``min(T x K, entries_bound)`` entries, not ``T x K``.
 
     Returns:
         ``(workspace [R, 576] bf16, new_indices [T, K] int32)``, every valid entry rewritten as
@@ -160,7 +162,9 @@ def build(kv: torch.Tensor, indices: torch.Tensor, topk_length, fp8_cvt: int, *,
     """
     n_rows = kv.shape[0]
     t_count, topk = indices.shape
-    entries = t_count * topk
+    entries = t_count * topk  # (the valid ones, as far as the host knows)
+    if entries_bound is not None:
+        entries = min(entries, entries_bound)
     if reuse is None and not force:
         return None
     if _keeps_ids(n_rows, entries):

@@ -104,34 +104,44 @@ def test_forward_matches_reference(model, kv_dtype, heads, rope, model_dirs, reg
     torch.testing.assert_close(got, ref.float(), atol=2e-2, rtol=2e-2)
 
 
+# (query tokens, context lengths, the bounds the builder passes: rows, valid entries)
+WORKSPACE_BATCHES = {"prefills": ([6, 4], [40, 30], 70, 6 * 40 + 4 * 30),
+                     "decodes": ([1] * 8, [20] * 8, 160, 160)}
+
+
+@pytest.mark.parametrize("batch_kind", sorted(WORKSPACE_BATCHES))
 @pytest.mark.parametrize("setting", ["auto", "off"])
-def test_fp8_prefill_workspace_through_vllm(setting, model_dirs, registered, cpu_vllm, monkeypatch):
+def test_fp8_prefill_workspace_through_vllm(setting, batch_kind, model_dirs, registered, cpu_vllm,
+                                            monkeypatch):
     """The fp8 prefill workspace (taken here from 1 token on) inside vLLM's forward: the
     paged cache's flat rows, its -1 padding and valid counts, against the reference, its slots
     bounded by the batch's context lengths (no count read back); with
-    TRITON_SPARSE_MLA_FP8_WORKSPACE=off it is never built."""
+    TRITON_SPARSE_MLA_FP8_WORKSPACE=off it is never built. A batch of decodes reads each row
+    once: T x K entries (6.4 per row here) would take the workspace, the bound on the valid
+    entries keeps the in-kernel path."""
     from vllm.config import set_current_vllm_config
 
     from triton_sparse_mla import workspace
     from triton_sparse_mla.reference import sparse_mla_reference
 
     monkeypatch.setattr(workspace, "MIN_TOKENS", 1)
-    # (about 18 entries per distinct row: enough for the generic tiles' rule; sm90's Gluon
-    # few-head tile asks for 1024, which so small a batch never reaches)
-    monkeypatch.setattr(workspace, "MIN_REUSE_GLUON",
-                        ((None, workspace.MIN_REUSE, workspace.MIN_REUSE),))
+    # (the prefills' bound gives about 5 valid entries per distinct row, 360 over 70: the
+    # shipped rules ask for 8 to 1024, which so small a batch never reaches)
+    monkeypatch.setattr(workspace, "MIN_REUSE", 4)
+    monkeypatch.setattr(workspace, "MIN_REUSE_GLUON", ((None, 4, 4),))
     monkeypatch.setenv("TRITON_SPARSE_MLA_FP8_WORKSPACE", setting)
     built, bounds = [], []
     build = workspace.build
-    monkeypatch.setattr(workspace, "build", lambda *a, **k: bounds.append(k["rows_bound"])
-                        or built.append(build(*a, **k)) or built[-1])
+    monkeypatch.setattr(workspace, "build", lambda *a, **k: bounds.append(
+        (k["rows_bound"], k["entries_bound"])) or built.append(build(*a, **k)) or built[-1])
     heads = 8
     config = make_vllm_config(model_dirs["deepseek_v32"], kv_cache_dtype="fp8_ds_mla")
     layer, topk_buffer = build_layer(config, num_heads=heads, rope_dim=64, topk=TOPK, device=DEVICE)
     builder = build_builder(config, layer, device=DEVICE)
-    batch = build_batch([6, 4], [40, 30], num_blocks=NUM_BLOCKS, device=DEVICE)
+    query_lens, contexts, rows_bound, entries_bound = WORKSPACE_BATCHES[batch_kind]
+    batch = build_batch(query_lens, contexts, num_blocks=NUM_BLOCKS, device=DEVICE)
     metadata = builder.build(0, batch.common)
-    assert metadata.rows_bound == 40 + 30
+    assert (metadata.rows_bound, metadata.entries_bound) == (rows_bound, entries_bound)
     kv_cache, _ = paged_cache(batch, num_blocks=NUM_BLOCKS, width=576, dtype=torch.uint8, device=DEVICE)
     logical, owners = _topk_rows(batch, seed=3)
     topk_buffer[: batch.num_tokens] = logical.to(DEVICE)
@@ -143,11 +153,14 @@ def test_fp8_prefill_workspace_through_vllm(setting, model_dirs, registered, cpu
         layer.impl.group_conversion_decode_only = True
     with set_current_vllm_config(config):
         out, _ = layer.impl.forward_mqa((q_nope, q_pe), kv_cache, metadata, layer)
-    assert (len(built) == 1 and built[0] is not None) if setting == "auto" else not built
-    assert bounds == ([70] if setting == "auto" else [])
-    if built:  # the slots from the bound (70 rows; the cache has NUM_BLOCKS x 128)
-        assert built[0][0].shape[0] <= 70
-    assert layer.impl._rows_bound is None  # kept for the call only
+    assert bounds == ([(rows_bound, entries_bound)] if setting == "auto" else [])
+    if setting == "off":
+        assert not built
+    elif batch_kind == "decodes":
+        assert built == [None]
+    else:  # the slots from the bound (70 rows; the cache has NUM_BLOCKS x 128)
+        assert len(built) == 1 and built[0][0].shape[0] <= rows_bound
+    assert layer.impl._bounds == {}  # kept for the call only
     rows = physical_rows(batch, owners, logical)
     flat = kv_cache.as_strided((NUM_BLOCKS * 128, kv_cache.shape[2]), (kv_cache.shape[2], 1)).cpu()
     ref, _ = sparse_mla_reference((q_nope.cpu(), q_pe.cpu()), flat, rows.to(torch.int32),
@@ -250,6 +263,8 @@ def test_shardq_call_matches_reference(model, kv_dtype, heads, rope, model_dirs,
     narrowed = metadata.shardq.attn_metadata
     assert nd == 1 and metadata.topk_start == 0 and narrowed.topk_start == nd
     assert narrowed.rows_bound == metadata.rows_bound == 70 + 129 + 100 + 6
+    # (query tokens 1, 2, 9, 6 times each context, the 129-row one cut to TOPK = 128)
+    assert narrowed.entries_bound == metadata.entries_bound == 70 + 2 * 128 + 9 * 100 + 6 * 6
     cache_dtype = torch.uint8 if kv_dtype == "fp8_ds_mla" else torch.bfloat16
     # (fp8_ds_mla rows are 656 bytes with or without rope; a NoPE query meets the rope as zero)
     width = 576 if kv_dtype == "fp8_ds_mla" else 512 + rope

@@ -147,7 +147,8 @@ class TritonMLASparseImpl(SparseMLACommonImpl[TritonMLASparseMetadata]):
         self.supports_quant_query_input = False
         self._zero_q_pe: torch.Tensor | None = None
         self._fp8_workspace = fp8_workspace_setting()
-        self._rows_bound: int | None = None  # the current batch's (TritonMLASparseMetadata)
+        # The current batch's host-known bounds (TritonMLASparseMetadata), for the fp8 workspace.
+        self._bounds: dict[str, int | None] = {}
         # Head counts this layer's calls carry: its own, and with ShardQ (vLLM 0.34's base sets
         # use_shardq) every tensor-parallel rank's.
         head_counts = [num_heads]
@@ -163,12 +164,13 @@ class TritonMLASparseImpl(SparseMLACommonImpl[TritonMLASparseMetadata]):
 
     def forward_mqa(self, q, kv_c_and_k_pe_cache, attn_metadata, layer):
         """vLLM's ``forward_mqa``, which calls :meth:`_forward_mqa_kernel`, with the batch's
-        bound on the rows it reads kept for that call."""
-        self._rows_bound = getattr(attn_metadata, "rows_bound", None)
+        bounds on the rows and entries it reads kept for that call."""
+        self._bounds = {name: getattr(attn_metadata, name, None)
+                        for name in ("rows_bound", "entries_bound")}
         try:
             return super().forward_mqa(q, kv_c_and_k_pe_cache, attn_metadata, layer)
         finally:
-            self._rows_bound = None
+            self._bounds = {}
 
     def _forward_mqa_kernel(
         self,
@@ -204,7 +206,7 @@ class TritonMLASparseImpl(SparseMLACommonImpl[TritonMLASparseMetadata]):
             topk_length=valid_counts,
             return_lse=self.need_to_return_lse_for_decode,
             fp8_workspace=self._fp8_workspace,
-            rows_bound=self._rows_bound,
+            **self._bounds,
         )
         if self.need_to_return_lse_for_decode:
             return result

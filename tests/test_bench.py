@@ -103,43 +103,24 @@ def test_eager_timing_queues_an_untimed_call_first(monkeypatch):
     assert groups == "c" + "|c|" + ("c|" + "c" * bench.EAGER_REPS + "|") * 3, groups
 
 
-def test_prefill_calls_are_heated_and_timed_in_turn(monkeypatch):
-    """A prefill row heats each call it compares, then times their groups in turn, so that
-    FlashMLA is not timed on a cooler GPU than ours (run 311: 10-17% apart); each call's time
-    is the median of its own groups."""
+@pytest.mark.parametrize("graph", [False, True])
+def test_calls_a_row_compares_take_turns(graph, monkeypatch):
+    """A row's calls are timed in turn, ``ROUNDS`` turns each, each call's time the median of
+    its own turns, so that FlashMLA is not timed on a cooler GPU than ours (run 311: 10-17%
+    apart). Prefill (eager) heats every call first and a turn is a group of queued calls;
+    decode takes turns over a share of the replay time, unheated."""
     log = []
     monkeypatch.setattr(bench, "heat", lambda fn: log.append(("heat", fn.__name__)))
     times = {"a": iter([3.0, 1.0, 2.0]), "b": iter([5.0, 6.0, 4.0])}
 
-    def fake_eager_ms(fn, reps, lead):
-        assert (reps, lead) == (bench.EAGER_REPS, True)
-        log.append(("group", fn.__name__))
-        return next(times[fn.__name__])
-
-    monkeypatch.setattr(bench, "_eager_ms", fake_eager_ms)
-
-    def a():
-        pass
-
-    def b():
-        pass
-
-    assert bench.time_in_turn([a, b]) == [2e3, 5e3]
-    assert log == [("heat", "a"), ("heat", "b")] + [("group", "a"), ("group", "b")] * bench.ROUNDS
-
-
-def test_decode_calls_are_timed_in_turn_over_graph_replays(monkeypatch):
-    """Decode rows take turns too, each turn a share of the replay time, unheated."""
-    log = []
-    monkeypatch.setattr(bench, "heat", lambda fn: log.append(("heat", fn.__name__)))
-    times = {"a": iter([3.0, 1.0, 2.0]), "b": iter([5.0, 6.0, 4.0])}
-
-    def fake_time_us(fn, rep_ms):
-        assert rep_ms == bench.REP_MS / bench.ROUNDS
+    def turn(fn, *args, **kwargs):
+        want = ((), {"rep_ms": bench.REP_MS / bench.ROUNDS}) if graph else \
+            ((bench.EAGER_REPS,), {"lead": True})
+        assert (args, kwargs) == want
         log.append(("turn", fn.__name__))
         return next(times[fn.__name__])
 
-    monkeypatch.setattr(bench, "time_us", fake_time_us)
+    monkeypatch.setattr(bench, "time_us" if graph else "_eager_ms", turn)
 
     def a():
         pass
@@ -147,5 +128,7 @@ def test_decode_calls_are_timed_in_turn_over_graph_replays(monkeypatch):
     def b():
         pass
 
-    assert bench.time_in_turn([a, b], graph=True) == [2.0, 5.0]
-    assert log == [("turn", "a"), ("turn", "b")] * bench.ROUNDS
+    unit = 1.0 if graph else 1e3  # (time_us gives us, _eager_ms ms)
+    assert bench.time_in_turn([a, b], graph) == [2.0 * unit, 5.0 * unit]
+    heated = [] if graph else [("heat", "a"), ("heat", "b")]
+    assert log == heated + [("turn", "a"), ("turn", "b")] * bench.ROUNDS

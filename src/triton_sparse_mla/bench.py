@@ -178,10 +178,11 @@ def time_us(fn, graph=True, rep_ms=None) -> float:
         return statistics.median(_eager_ms(fn) for _ in range(3)) * 1e3
     if not graph:
         return statistics.median(_eager_ms(fn, EAGER_REPS, lead=True) for _ in range(ROUNDS)) * 1e3
+    rep = rep_ms or REP_MS
     try:
-        return triton.testing.do_bench_cudagraph(fn, rep=rep_ms or REP_MS, return_mode="median") * 1e3
+        return triton.testing.do_bench_cudagraph(fn, rep=rep, return_mode="median") * 1e3
     except Exception:  # noqa: BLE001 - an op that cannot be captured is still timed eagerly
-        return triton.testing.do_bench(fn, warmup=25, rep=rep_ms or REP_MS, return_mode="median") * 1e3
+        return triton.testing.do_bench(fn, warmup=25, rep=rep, return_mode="median") * 1e3
 
 
 def _copy_us(nbytes: int) -> float:

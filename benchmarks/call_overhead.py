@@ -1,11 +1,12 @@
 """Where a prefill call's time goes beyond its kernel: ours and FlashMLA's, timed four ways.
 
-The bench times prefill eagerly (``bench.time_us(fn, graph=False)``). Run 303 put ours at
+The bench times prefill eagerly (since 122ca92 ``bench.time_in_turn``: every call heated, then
+groups of queued calls in turn; before, ``bench.time_us(fn, graph=False)``). Run 303 put ours at
 359.3 us a call at T=512 with 64 heads over 32K rows, where one launch under Nsight Compute
 took 287.7 us (run 310, another lease); at T=2048, 1244.3 against 1100. This script measures,
 per workload and in one process, for ours and for FlashMLA (padded to 64 heads below 64):
 
-* ``queued``: the bench's way since commit ae81529, ``EAGER_REPS`` calls queued behind one
+* ``queued``: the bench's group since commit ae81529, ``EAGER_REPS`` calls queued behind one
   untimed call (``bench._eager_ms(fn, reps, lead=True)``);
 * ``idle``: the same group started on an idle device, as the bench did before (the first
   call's host work inside the group);

@@ -53,8 +53,8 @@ class TritonMLASparseMetadataBuilder(SparseMLACommonMetadataBuilder[TritonMLASpa
     def build(self, common_prefix_len, common_attn_metadata, fast_build=False):
         metadata = super().build(common_prefix_len, common_attn_metadata, fast_build)
         # Each position of a request's context is one cache row, and a token names only rows
-        # of its own request's context: their lengths summed bound the distinct rows.
-        # A token names at most min(context, top-k) entries of its own request's rows.
+        # of its own request's context, at most min(context, top-k) of them: the contexts
+        # summed bound the distinct rows, query tokens times that minimum the valid entries.
         num_reqs = common_attn_metadata.num_reqs
         seq_lens = common_attn_metadata.seq_lens_cpu_upper_bound
         if seq_lens is not None:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One self-contained call on the GPU machine: install, test, sanitize, sweep, benchmark.
 # Usage (on the device, from the repo root): bash benchmarks/device_run.sh [steps...]
-# Steps: triton-a triton-b tests sanitizer sweep envab intdecode narrow stride fp8sweep splits splits-len warps fp8choice fp8short wsparts overhead hostcost residency residency-toggle residency-warps indexer indexer-fp8dot indexer-tiles indexer-heads indexer-heads-tiles indexer-env indexer-ncu ncu ppc ppncu nbprobe vllmtests mid grid gatherl2 splitn splitlat splitprobe exchange apart racecheck racecheck-producer wide latency toggle bench prefill (default: tests sanitizer sweep bench
+# Steps: triton-a triton-b tests sanitizer sweep envab intdecode narrow stride fp8sweep splits splits-len warps fp8choice fp8short wsparts overhead hostcost hostcost-ab residency residency-toggle residency-warps indexer indexer-fp8dot indexer-tiles indexer-heads indexer-heads-tiles indexer-env indexer-ncu ncu ppc ppncu nbprobe vllmtests mid grid gatherl2 splitn splitlat splitprobe exchange apart racecheck racecheck-producer wide latency toggle bench prefill (default: tests sanitizer sweep bench
 # prefill). toggle and residency-toggle time a boolean TileConfig field off and on, named by
 # $TOGGLE (e.g. TOGGLE=prefetch_idx), on the workloads of one row format if $TOGGLE_FMT is set
 # (e.g. TOGGLE_FMT=fp8_ds_mla) and of the head counts in $TOGGLE_HEADS (toggle only; e.g.
@@ -65,6 +65,15 @@ for s in $steps; do
       timeout 300 python3 benchmarks/call_overhead.py "$OUT/call-overhead.json" ${OVERHEAD_WORKLOADS:-} 2>&1 | tee "$OUT/call-overhead.log" | grep -E "OVERHEAD|Error" ;;
     hostcost) # host time per call, ours and FlashMLA's, and ours under cProfile (benchmarks/host_cost.py)
       timeout 200 python3 benchmarks/host_cost.py "$OUT/host-cost.json" 2>&1 | tee "$OUT/host-cost.log" | grep -E "HOST|Error" ;;
+    hostcost-ab) # host time per call three ways, each its own process: the tree in $OLD_SRC (a
+      # folder holding an earlier tree's src/, e.g. HEAD's from git archive), this tree with
+      # kernels/launch.py's path off, and on; workloads from $HOSTCOST_SPECS (default: the
+      # script's, and T=1 H=16 fp8_ds_mla decode)
+      specs=${HOSTCOST_SPECS:-"1,64,bf16 1,16,fp8_ds_mla 512,64,bf16,N=32768 2048,64,fp8_ds_mla,N=32768"}
+      for v in old off on; do
+        case $v in old) [ -d "${OLD_SRC:-}/src" ] || continue; pp=$PWD/$OLD_SRC/src; fl=1 ;; off) pp=$PWD/src; fl=0 ;; on) pp=$PWD/src; fl=1 ;; esac
+        PYTHONPATH=${PYTHONPATH/$PWD\/src/$pp} TRITON_SPARSE_MLA_FAST_LAUNCH=$fl timeout 200 python3 benchmarks/host_cost.py "$OUT/host-cost-$v.json" $specs --label "$v" 2>&1 | tee "$OUT/host-cost-$v.log" | grep -E "HOST|Error"
+      done ;;
     wsparts) timeout 120 python3 benchmarks/workspace_parts.py "$OUT/workspace-parts.json" 2>&1 | tee "$OUT/workspace-parts.log" | grep PARTS ;;
     stride) timeout 240 python3 benchmarks/row_stride.py "$OUT/row-stride.json" ${TOGGLE:+--toggle $TOGGLE} 2>&1 | tee "$OUT/row-stride.log" | grep STRIDE ;;
     intdecode) # the SM80/86 e4m3 decoder, old against new, with the hardware conversion as floor

@@ -7,7 +7,11 @@ workload, ``CALLS`` calls queued back to back after a warm-up, the host's wall t
 (the device's queue never fills: a few launches per call), per call; then the same calls under
 cProfile, whose functions by their own time go to the JSON (the top ``TOP``) and the log.
 
-Usage (GPU): python benchmarks/host_cost.py OUT.json [SPEC ...]
+The label (``--label``) names the code timed in the log and the JSON, with whether
+kernels/launch.py's own launch path is on (``TRITON_SPARSE_MLA_FAST_LAUNCH``; absent before
+it was written), so runs of two trees, or of one tree both ways, can be told apart.
+
+Usage (GPU): python benchmarks/host_cost.py OUT.json [SPEC ...] [--label NAME]
 """
 
 import argparse
@@ -58,10 +62,20 @@ def profile(fn, calls=CALLS):
     return rows[:TOP]
 
 
-def main(path, specs):
+def fast_launch():
+    """Whether this tree launches through kernels/launch.py's own path (None: no such path)."""
+    try:
+        from triton_sparse_mla.kernels import launch
+    except ImportError:
+        return None
+    return launch.FAST
+
+
+def main(path, specs, label):
     caches = Caches()
     scale = 576 ** -0.5
-    record = {"header": header(), "calls": CALLS, "rows": []}
+    record = {"header": header(), "calls": CALLS, "label": label, "fast_launch": fast_launch(),
+              "rows": []}
     for spec in specs:
         w = Workload.from_spec(spec)
         q, kv, idx, lengths = make_inputs(w, caches)
@@ -75,7 +89,7 @@ def main(path, specs):
         row["ours_profile"] = profile(ours)
         record["rows"].append(row)
         fm_text = "-" if row["flashmla_host_us"] is None else f"{row['flashmla_host_us']:7.1f}"
-        print(f"HOST {w.name:34s} ours {row['ours_host_us']:7.1f} us  FlashMLA {fm_text} us",
+        print(f"HOST [{label} fast_launch={record['fast_launch']}] {w.name:34s} ours {row['ours_host_us']:7.1f} us  FlashMLA {fm_text} us",
               flush=True)
         for name, ncalls, own, cum in row["ours_profile"][:12]:
             print(f"  {own:7.2f} own {cum:8.2f} cum {ncalls:5.1f}x  {name}", flush=True)
@@ -87,5 +101,6 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out")
     ap.add_argument("specs", nargs="*", default=DEFAULT)
+    ap.add_argument("--label", default="this tree")
     a = ap.parse_args()
-    main(a.out, a.specs)
+    main(a.out, a.specs, a.label)

@@ -12,12 +12,15 @@ import torch
 
 from problems import make_problem
 from triton_sparse_mla import api, configs, workspace
+from triton_sparse_mla.kernels import launch
 from triton_sparse_mla.kernels.common import LAUNCH_OPTIONS
 
 
 def _spy_launches(monkeypatch):
     """Record ``(kernel name, keyword arguments)`` of every launch from now on: the
-    interpreter's grid executor, or the JIT's ``run`` on a GPU."""
+    interpreter's grid executor, or the JIT's ``run`` on a GPU (every launch taking Triton's
+    path: kernels/launch.py's own path is turned off)."""
+    monkeypatch.setattr(launch, "FAST", False)
     if os.environ.get("TRITON_INTERPRET") == "1":
         from triton.runtime.interpreter import GridExecutor as cls
         method = "__call__"

@@ -37,6 +37,7 @@ from .formats import D_NOPE, D_ROPE, FP8_ROW_BYTES
 from .hostmath import cdiv
 from .kernels.common import LAUNCH_OPTIONS
 from .kernels.dedup import mark_rows_kernel, remap_kernel, upconvert_kernel
+from .kernels.launch import launch
 
 # Calls with fewer query tokens keep the in-kernel conversion, so decode is unchanged (H200,
 # 2026-12-01, run 48, before the mark pass was sped up: T=1024 H=16 over 32K rows 1.43x faster
@@ -212,7 +213,8 @@ def build(kv: torch.Tensor, indices: torch.Tensor, topk_length, fp8_cvt: int, *,
         if not force and not _pays(entries, slots, MAX_BYTES, counted_reuse):
             return None
     new_indices = torch.empty(t_count, topk, dtype=torch.int32, device=device)
-    remap_kernel[(t_count, cdiv(topk, _BLOCK_K))](
+    launch(
+        remap_kernel, (t_count, cdiv(topk, _BLOCK_K)),
         idx_ptr=indices, len_ptr=topk_length, pos_ptr=pos, new_idx_ptr=new_indices,
         n_slots=slots, stride_new_t=new_indices.stride(0), **common, **LAUNCH_OPTIONS)
     return _upconvert(kv, pos, slots, fp8_cvt), new_indices
@@ -232,7 +234,8 @@ def _upconvert(kv, pos, slots: int, fp8_cvt: int):
     n_rows = kv.shape[0]
     workspace = torch.empty(max(slots, 1), D_NOPE + D_ROPE, dtype=torch.bfloat16, device=kv.device)
     if n_rows > 0:
-        upconvert_kernel[(cdiv(n_rows, _BLOCK_R),)](
+        launch(
+            upconvert_kernel, (cdiv(n_rows, _BLOCK_R),),
             kv_ptr=kv, pos_ptr=pos, ws_ptr=workspace, n_rows=n_rows, n_slots=slots,
             stride_kv=kv.stride(0),
             stride_ws=workspace.stride(0), FP8_CVT=fp8_cvt, D_PE=D_ROPE, BLOCK_R=_BLOCK_R,
@@ -244,5 +247,6 @@ def _upconvert(kv, pos, slots: int, fp8_cvt: int):
 def _mark(mark, indices, topk_length, t_lo, t_hi, common):
     """Mark the rows that valid entries of tokens ``t_lo .. t_hi - 1`` name."""
     if t_hi > t_lo:
-        mark_rows_kernel[(t_hi - t_lo, cdiv(common["topk"], _BLOCK_K))](
+        launch(
+            mark_rows_kernel, (t_hi - t_lo, cdiv(common["topk"], _BLOCK_K)),
             idx_ptr=indices, len_ptr=topk_length, mark_ptr=mark, t_first=t_lo, **common, **LAUNCH_OPTIONS)

@@ -25,6 +25,7 @@ import triton.language as tl
 
 from ..hostmath import cdiv
 from ..kernels.common import LAUNCH_OPTIONS, e4m3_rows_operand, e4m3_unit, mma
+from ..kernels.launch import launch
 from . import flat_heads
 from .knobs import tile_knob
 from .rows import key_programs, key_ranges
@@ -148,7 +149,8 @@ def launch_mqa_logits(q8, k8, k_scale, weights, row_starts, row_ends, out, *, fa
                                  fp8_products=products_fp8)
     t = tile(products_fp8)
     row_blocks = cdiv(n_rows, t.block_m)
-    mqa_logits_kernel[(row_blocks, key_programs(out.shape[1], t.block_n, row_blocks, sm_count))](
+    launch(
+        mqa_logits_kernel, (row_blocks, key_programs(out.shape[1], t.block_n, row_blocks, sm_count)),
         q8, k8, k_scale, weights, row_starts, row_ends, out,
         n_rows, k8.shape[0], out.shape[1],
         q8.stride(0), q8.stride(1), k8.stride(0), weights.stride(0), weights.stride(1),

@@ -27,6 +27,7 @@ import triton.language as tl
 
 from ..hostmath import cdiv, next_power_of_2
 from ..kernels.common import LAUNCH_OPTIONS, e4m3_rows_operand, e4m3_unit, mma
+from ..kernels.launch import launch as launch_kernel
 from .knobs import tile_knob
 from .rows import key_programs, key_ranges, rows_by_heads
 
@@ -102,7 +103,8 @@ def launch(q8, k8, k_scale, weights, row_starts, row_ends, out, *, sm_count, fp8
     g, block_h = rows_per_program(n_heads)
     row_blocks = cdiv(n_rows, g)
     n_split = key_programs(out.shape[1], TILE.block_n, row_blocks, sm_count)
-    mqa_logits_heads_kernel[(row_blocks, n_split)](
+    launch_kernel(
+        mqa_logits_heads_kernel, (row_blocks, n_split),
         q8, k8, k_scale, weights, row_starts, row_ends, out,
         n_rows, k8.shape[0], out.shape[1],
         q8.stride(0), q8.stride(1), k8.stride(0), weights.stride(0), weights.stride(1),

@@ -22,6 +22,7 @@ import triton.language as tl
 
 from ..hostmath import cdiv, next_power_of_2
 from ..kernels.common import LAUNCH_OPTIONS, e4m3_rows_operand, e4m3_unit, mma
+from ..kernels.launch import launch
 from .flat import fp8_dot
 from .knobs import int_knob
 from .rows import rows_by_heads
@@ -169,7 +170,8 @@ def launch_paged_mqa_logits(q8, kv_cache, weights, limits, block_tables, out, *,
     per_sm = PROGRAMS_PER_SM or resident_programs(products_fp8, g * block_h)
     programs = max(1, min(n_blocks_max, per_sm * sm_count // (batch * groups)))
     stages = NUM_STAGES[family]
-    paged_mqa_logits_kernel[(batch, groups, programs)](
+    launch(
+        paged_mqa_logits_kernel, (batch, groups, programs),
         q8, kv_cache, weights, limits, block_tables, out,
         n_blocks_max, out.shape[1], kv_cache.stride(0), block_tables.stride(0),
         q8.stride(0), q8.stride(1), q8.stride(2), weights.stride(0), weights.stride(1),

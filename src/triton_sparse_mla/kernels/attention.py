@@ -57,6 +57,7 @@ from .common import (FP8_ROPE_BYTE, FP8_SCALE_BYTE, LATENT_TILE, LAUNCH_OPTIONS,
                      bf16_words_to_bf16, block_barrier, dequant_words, load_latent_tile,
                      load_rope_tile, load_words, opaque, score_part, sink_factor, sm_index,
                      tile_update)
+from .launch import launch
 
 D_NOPE = 512
 
@@ -335,7 +336,7 @@ def sm_id_count(device_index: int) -> int | None:
         if torch.cuda.is_current_stream_capturing():
             return None
         out = torch.zeros(1, dtype=torch.int32, device=torch.device("cuda", device_index))
-        _sm_id_count_kernel[(1,)](out, **LAUNCH_OPTIONS)
+        launch(_sm_id_count_kernel, (1,), out, **LAUNCH_OPTIONS)
         _SM_ID_COUNT[device_index] = int(out.item())
     return _SM_ID_COUNT[device_index]
 
@@ -399,9 +400,16 @@ def gluon_applies(q_nope, kv, d_pe: int, fp8: bool, interpret: bool) -> bool:
         return False
     if kv.stride(0) % 16 != 0 or kv.data_ptr() % 16 != 0:
         return False
-    if torch.cuda.get_device_capability(q_nope.device)[0] != 9:
+    if _capability_major(q_nope.device.index) != 9:
         return False
     return gluon_module() is not None
+
+
+@functools.lru_cache(maxsize=None)
+def _capability_major(device_index: int) -> int:
+    """A CUDA device's compute capability major, queried once (a query costs microseconds of
+    every call's host time)."""
+    return torch.cuda.get_device_capability(device_index)[0]
 
 
 # The Triton versions whose Gluon calls the kernels use, [first, past the last): compiled and
@@ -528,7 +536,8 @@ def launch_with_combine(kernel, grid, args, out, lse, attn_sink, splits):
     outputs that the combine kernel merges. Returns the compiled forward kernel."""
     t_count, h_count, _ = out.shape
     if splits == 1:
-        return kernel[grid](
+        return launch(
+            kernel, grid,
             out_ptr=out, lse_ptr=lse,
             stride_o_t=out.stride(0), stride_o_h=out.stride(1), stride_o_s=0,
             stride_lse_t=lse.stride(0) if lse is not None else 0,
@@ -537,7 +546,8 @@ def launch_with_combine(kernel, grid, args, out, lse, attn_sink, splits):
         )
     part_o = torch.empty(t_count, splits, h_count, D_NOPE, dtype=torch.float32, device=out.device)
     part_lse = torch.empty(t_count, h_count, splits, dtype=torch.float32, device=out.device)
-    compiled = kernel[grid](
+    compiled = launch(
+        kernel, grid,
         out_ptr=part_o, lse_ptr=part_lse,
         stride_o_t=part_o.stride(0), stride_o_h=part_o.stride(2), stride_o_s=part_o.stride(1),
         stride_lse_t=part_lse.stride(0), stride_lse_h=part_lse.stride(1),

@@ -18,6 +18,7 @@ import triton.language as tl
 
 from ..hostmath import cdiv, next_power_of_2
 from .common import LAUNCH_OPTIONS, LN2, scalar_mask, sink_factor
+from .launch import launch
 
 BLOCK_HC = 2  # heads per program (run 174: 2 beat 8 alone at every T, H and split count timed)
 NUM_WARPS = 8
@@ -82,7 +83,8 @@ def launch_combine(part_o, part_lse, attn_sink, out, lse):
     None -> ``out [T, H, 512]`` (its dtype; any strides with a unit last one) and ``lse [T, H]``
     fp32 natural-log or None."""
     t_count, n_splits, h_count, d_v = part_o.shape
-    combine_kernel[(t_count, cdiv(h_count, BLOCK_HC))](
+    launch(
+        combine_kernel, (t_count, cdiv(h_count, BLOCK_HC)),
         part_o_ptr=part_o, part_lse_ptr=part_lse, sink_ptr=attn_sink, out_ptr=out, lse_ptr=lse,
         n_splits=n_splits, n_heads=h_count,
         stride_po_t=part_o.stride(0), stride_po_s=part_o.stride(1), stride_po_h=part_o.stride(2),

@@ -23,6 +23,7 @@ import triton.language as tl
 from .. import formats
 from .common import LAUNCH_OPTIONS, scalar_mask
 from .e4m3_encode import f32_to_e4m3_bits
+from .launch import launch
 
 E4M3_MAX = tl.constexpr(formats.E4M3_MAX)
 INDEXER_MIN_AMAX = tl.constexpr(1e-4)  # vLLM's floor on an indexer row's amax
@@ -174,7 +175,8 @@ def write_indexer_key_rows(index_k: torch.Tensor, weight: torch.Tensor, bias: to
         raise ValueError(f"cache: expected [blocks, block_size, ..., {d + 4}] with its blocks' bytes "
                          f"contiguous (D = {d}), got {list(u8.shape)} strides {u8.stride()}")
     if t:
-        indexer_rows_kernel[(t, 1)](
+        launch(
+            indexer_rows_kernel, (t, 1),
             index_k, weight, bias, cos_sin_cache, positions, u8, slots, None, None, float(eps),
             1.0, 1.0, 1, u8.shape[1], u8.stride(0), index_k.stride(0), 0, cos_sin_cache.stride(0),
             0, D=d, HALF=cos_sin_cache.shape[-1] // 2, INTERLEAVE=bool(interleave), LN=True,
@@ -190,7 +192,8 @@ def indexer_query_rows(index_q: torch.Tensor, cos_sin_cache: torch.Tensor, posit
     values = torch.empty(t, h, d, dtype=torch.uint8, device=index_q.device)
     w_out = torch.empty(t, h, dtype=torch.float32, device=index_q.device)
     if t and h:
-        indexer_rows_kernel[(t, h)](
+        launch(
+            indexer_rows_kernel, (t, h),
             index_q, None, None, cos_sin_cache, positions, values, None, weights, w_out, 0.0,
             float(factor_a), float(factor_b), h, 0, 0, index_q.stride(0), index_q.stride(1),
             cos_sin_cache.stride(0), weights.stride(0), D=d, HALF=cos_sin_cache.shape[-1] // 2,
@@ -204,9 +207,9 @@ def interleaved_rope(x: torch.Tensor, cos_sin_cache: torch.Tensor, positions: to
     t, h, _ = x.shape
     out = torch.empty(t, h, x.shape[-1], dtype=x.dtype, device=x.device)
     if t and h:
-        interleaved_rope_kernel[(t, h)](x, cos_sin_cache, positions, out, x.stride(0), x.stride(1),
-                                        cos_sin_cache.stride(0), out.stride(0), out.stride(1),
-                                        HALF=cos_sin_cache.shape[-1] // 2, num_warps=1, **LAUNCH_OPTIONS)
+        launch(interleaved_rope_kernel, (t, h), x, cos_sin_cache, positions, out, x.stride(0),
+               x.stride(1), cos_sin_cache.stride(0), out.stride(0), out.stride(1),
+               HALF=cos_sin_cache.shape[-1] // 2, num_warps=1, **LAUNCH_OPTIONS)
     return out
 
 
@@ -224,6 +227,6 @@ def write_ds_mla_rows(kv_c: torch.Tensor, weight: torch.Tensor, eps: float, k_pe
         raise ValueError(f"cache: expected [blocks, block_size, {ROW_BYTES}] bytes with unit stride "
                          f"in the last, got {list(u8.shape)} strides {u8.stride()}")
     if t:
-        ds_mla_rows_kernel[(t,)](kv_c, weight, k_pe, u8, slots, float(eps), u8.shape[1], u8.stride(0),
-                                 u8.stride(1), kv_c.stride(0), k_pe.stride(0), LAT=LAT, TILE=TILE,
-                                 D_PE=D_PE, num_warps=4, **LAUNCH_OPTIONS)
+        launch(ds_mla_rows_kernel, (t,), kv_c, weight, k_pe, u8, slots, float(eps), u8.shape[1],
+               u8.stride(0), u8.stride(1), kv_c.stride(0), k_pe.stride(0), LAT=LAT, TILE=TILE,
+               D_PE=D_PE, num_warps=4, **LAUNCH_OPTIONS)

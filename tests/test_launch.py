@@ -76,8 +76,23 @@ def test_options_are_part_of_the_key():
 
 @pytest.mark.parametrize("value", [(1, 2), [1], object()], ids=["tuple", "list", "object"])
 def test_arguments_it_does_not_key_are_left_to_triton(value):
+    entry = launch._Kernel(JITFunction(_probe))
+    args = dict(x_ptr=value, y_ptr=None, n=4, m=4, scale=1.0, flag=True, BLOCK=16)
     with pytest.raises(TypeError, match="left to Triton"):
-        launch.arg_key(value, False)
+        entry.key(entry.values((), args), args)
+
+
+def test_keys_hold_no_tensor():
+    """A kept key holds a tensor's dtype and alignment, never the tensor (which it would keep
+    alive), and two tensors alike in both give one key."""
+    entry = launch._Kernel(JITFunction(_probe))
+    keys = []
+    for _ in range(2):
+        x = torch.zeros(64)
+        args = dict(x_ptr=x, y_ptr=x[4:], n=4, m=4, scale=1.0, flag=True, BLOCK=16)
+        keys.append(entry.key(entry.values((), args), args))
+    assert keys[0] == keys[1]
+    assert not any(isinstance(v, torch.Tensor) for v in keys[0][1])
 
 
 def _check(prob, q, fmt):

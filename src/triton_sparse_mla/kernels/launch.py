@@ -6,18 +6,21 @@ and only then calls the compiled kernel's launcher: about half of this package's
 call on an H100 host (run 316: 175-249 us per call of ours, FlashMLA's 34-55 us), several
 times the device time of a decode call run eagerly.
 
-:func:`launch` keys a call by the facts Triton specializes on (Triton 3.3 to 3.9), computed in
-Python: a tensor's dtype and whether its address is a multiple of 16; an integer's width class
-(i32, i64, u64), whether it equals 1 and whether it is a multiple of 16; a float's type; a
-``tl.constexpr`` parameter's class and value; the launch options. The first call with a key
+:func:`launch` keys a call by what decides Triton's specialization, finer than Triton does:
+every argument's class; a tensor's dtype and whether its address is a multiple of 16; every
+other argument's value (Triton looks at an integer's width, whether it is 1 and whether it is
+a multiple of 16; this key holds the integer); the launch options. The first call with a key
 goes through Triton (which compiles, or finds its compiled kernel), and the compiled kernel it
 returns is kept under that key; later calls with the key hand that kernel's launcher the
 arguments in the kernel's parameter order, as Triton's own call does, with no launch hooks.
 Equal keys imply equal specializations (``tests/test_launch.py`` checks this against Triton's
-own specialization), so a call never runs a kernel compiled for other facts.
+own), so a call never runs a kernel compiled for other facts. Keying integers by value costs
+a Triton-path call per new value (sizes and strides that change between calls), and at most
+:data:`MAX_KEYS` keys are kept per kernel (then the kept ones are dropped and kept anew).
 
-Triton's path is kept for every call while a launch hook is installed (a profiler's), under
-the interpreter, and everywhere with ``TRITON_SPARSE_MLA_FAST_LAUNCH=0`` (read at import).
+Triton's path is kept for every call while a launch hook is installed (a profiler's), for an
+argument of a class other than those below (a tuple, a tensor descriptor), under the
+interpreter, and everywhere with ``TRITON_SPARSE_MLA_FAST_LAUNCH=0`` (read at import).
 """
 
 from __future__ import annotations
@@ -25,49 +28,54 @@ from __future__ import annotations
 import os
 
 import torch
+import triton.language as tl
 from triton.runtime.jit import JITFunction
 
 FAST = os.environ.get("TRITON_SPARSE_MLA_FAST_LAUNCH", "1") != "0"
+MAX_KEYS = 1024
 
-_I32 = range(-2 ** 31, 2 ** 31)
-_U64_FROM = 2 ** 63
-
-
-def arg_key(value, constexpr: bool):
-    """What Triton's specialization of one argument depends on, as a hashable value; raises
-    TypeError for an argument this module leaves to Triton (a tuple, a tensor descriptor)."""
-    if constexpr:
-        return value.__class__, value
-    if isinstance(value, torch.Tensor):
-        return value.dtype, value.data_ptr() % 16 == 0
-    cls = value.__class__
-    if cls is int:
-        if value == 1:
-            return int, 1
-        return int, value % 16 == 0, value in _I32, value >= _U64_FROM
-    if cls is float:
-        return float
-    if value is None or cls is bool:
-        return cls, value
-    raise TypeError(f"left to Triton: an argument of type {cls.__name__}")
+# The classes of argument a key holds by value (tensors: by dtype and alignment).
+_BY_VALUE = frozenset({int, float, bool, str, type(None), tl.constexpr, tl.dtype})
 
 
 class _Kernel:
     """A kernel's parameters in order and the compiled kernels :func:`launch` found for it."""
 
     def __init__(self, kernel):
-        self.params = tuple((p.name, bool(p.is_constexpr), p.default) for p in kernel.params)
-        self.names = frozenset(name for name, _, _ in self.params)
+        self.names = tuple(p.name for p in kernel.params)
+        self.defaults = tuple(p.default for p in kernel.params)
+        self.name_set = frozenset(self.names)
+        self.tensors = {}  # argument classes -> the positions of tensors among them
         self.compiled = {}
 
     def values(self, args, kwargs) -> list:
         """Every parameter's value in order, as Triton's binding gives them."""
-        return [*args, *(kwargs.get(name, default) for name, _, default in self.params[len(args):])]
+        if not args:
+            return list(map(kwargs.get, self.names, self.defaults))
+        n = len(args)
+        return [*args, *map(kwargs.get, self.names[n:], self.defaults[n:])]
 
     def key(self, values, kwargs) -> tuple:
-        """The arguments' keys (:func:`arg_key`) and the launch options (TypeError: see there)."""
-        return (*(arg_key(v, c) for v, (_, c, _) in zip(values, self.params)),
-                *((name, v) for name, v in kwargs.items() if name not in self.names))
+        """A call's key, less the device (TypeError for an argument left to Triton)."""
+        classes = tuple(map(type, values))
+        tensors = self.tensors.get(classes)
+        if tensors is None:
+            tensors = self.tensors[classes] = _tensor_positions(classes)
+        held = values.copy()
+        for i in tensors:
+            x = values[i]
+            held[i] = (x.dtype, x.data_ptr() % 16 == 0)
+        options = kwargs.keys() - self.name_set
+        return classes, tuple(held), frozenset((k, kwargs[k]) for k in options) if options else None
+
+
+def _tensor_positions(classes) -> tuple:
+    """The positions of tensors among arguments of these classes; TypeError for a class that
+    is neither a tensor's nor one of :data:`_BY_VALUE`."""
+    for cls in classes:
+        if not (cls in _BY_VALUE or issubclass(cls, torch.Tensor)):
+            raise TypeError(f"left to Triton: an argument of type {cls.__name__}")
+    return tuple(i for i, cls in enumerate(classes) if issubclass(cls, torch.Tensor))
 
 
 _KERNELS: dict[int, _Kernel] = {}
@@ -121,11 +129,13 @@ def launch(kernel, grid, *args, **kwargs):
     try:
         key = (device, entry.key(values, kwargs))
         found = entry.compiled.get(key)
-    except TypeError:  # an argument left to Triton, or an unhashable constexpr
+    except TypeError:  # an argument left to Triton, or an unhashable one (3.3's constexpr)
         return kernel[grid](*args, **kwargs)
     if found is None:
         compiled = kernel[grid](*args, **kwargs)
         if compiled is not None:
+            if len(entry.compiled) >= MAX_KEYS:
+                entry.compiled.clear()
             entry.compiled[key] = (compiled, compiled.run, compiled.function, compiled.packed_metadata)
         return compiled
     compiled, run, function, packed = found

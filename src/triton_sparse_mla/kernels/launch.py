@@ -6,17 +6,17 @@ and only then calls the compiled kernel's launcher: about half of this package's
 call on an H100 host (run 316: 175-249 us per call of ours, FlashMLA's 34-55 us), several
 times the device time of a decode call run eagerly.
 
-:func:`launch` keys a call by what decides Triton's specialization, finer than Triton does:
-every argument's class; a tensor's dtype and whether its address is a multiple of 16; every
-other argument's value (Triton looks at an integer's width, whether it is 1 and whether it is
-a multiple of 16; this key holds the integer); the launch options. The first call with a key
-goes through Triton (which compiles, or finds its compiled kernel), and the compiled kernel it
-returns is kept under that key; later calls with the key hand that kernel's launcher the
-arguments in the kernel's parameter order, as Triton's own call does, with no launch hooks.
-Equal keys imply equal specializations (``tests/test_launch.py`` checks this against Triton's
-own), so a call never runs a kernel compiled for other facts. Keying integers by value costs
-a Triton-path call per new value (sizes and strides that change between calls), and at most
-:data:`MAX_KEYS` keys are kept per kernel (then the kept ones are dropped and kept anew).
+:func:`launch` keys a call by what decides Triton's specialization (Triton 3.3 to 3.9):
+every argument's class; a tensor's dtype and whether its address is a multiple of 16; an
+integer's width class (i32, i64, u64), whether it is 1 and whether it is a multiple of 16; a
+``tl.constexpr`` parameter's value, and the value of every other argument but a float; the
+launch options. The first call with a key goes through Triton (which compiles, or finds its
+compiled kernel), and the compiled kernel it returns is kept under that key; later calls with
+the key hand that kernel's launcher the arguments in the kernel's parameter order, as Triton's
+own call does, with no launch hooks. Equal keys imply equal specializations
+(``tests/test_launch.py`` checks this against Triton's own), so a call never runs a kernel
+compiled for other facts; sizes that change from call to call (token counts, context lengths)
+change no key unless Triton's specialization of them changes.
 
 Triton's path is kept for every call while a launch hook is installed (a profiler's), for an
 argument of a class other than those below (a tuple, a tensor descriptor), under the
@@ -32,10 +32,12 @@ import triton.language as tl
 from triton.runtime.jit import JITFunction
 
 FAST = os.environ.get("TRITON_SPARSE_MLA_FAST_LAUNCH", "1") != "0"
-MAX_KEYS = 1024
 
-# The classes of argument a key holds by value (tensors: by dtype and alignment).
-_BY_VALUE = frozenset({int, float, bool, str, type(None), tl.constexpr, tl.dtype})
+# The classes of argument a key holds (tensors: by dtype and alignment; integers and floats
+# not declared constexpr: by what Triton specializes on).
+_KEYED = frozenset({int, float, bool, str, type(None), tl.constexpr, tl.dtype})
+_I32 = range(-2 ** 31, 2 ** 31)
+_U64_FROM = 2 ** 63
 
 
 class _Kernel:
@@ -44,8 +46,9 @@ class _Kernel:
     def __init__(self, kernel):
         self.names = tuple(p.name for p in kernel.params)
         self.defaults = tuple(p.default for p in kernel.params)
+        self.constexpr = tuple(bool(p.is_constexpr) for p in kernel.params)
         self.name_set = frozenset(self.names)
-        self.tensors = {}  # argument classes -> the positions of tensors among them
+        self.layouts = {}  # argument classes -> positions of tensors, integers, floats
         self.compiled = {}
 
     def values(self, args, kwargs) -> list:
@@ -58,24 +61,33 @@ class _Kernel:
     def key(self, values, kwargs) -> tuple:
         """A call's key, less the device (TypeError for an argument left to Triton)."""
         classes = tuple(map(type, values))
-        tensors = self.tensors.get(classes)
-        if tensors is None:
-            tensors = self.tensors[classes] = _tensor_positions(classes)
+        layout = self.layouts.get(classes)
+        if layout is None:
+            layout = self.layouts[classes] = self._layout(classes)
+        tensors, ints, floats = layout
         held = values.copy()
         for i in tensors:
             x = values[i]
             held[i] = (x.dtype, x.data_ptr() % 16 == 0)
+        for i in ints:
+            v = values[i]
+            held[i] = 1 if v == 1 else (v % 16 == 0, v in _I32, v >= _U64_FROM)
+        for i in floats:
+            held[i] = None
         options = kwargs.keys() - self.name_set
         return classes, tuple(held), frozenset((k, kwargs[k]) for k in options) if options else None
 
-
-def _tensor_positions(classes) -> tuple:
-    """The positions of tensors among arguments of these classes; TypeError for a class that
-    is neither a tensor's nor one of :data:`_BY_VALUE`."""
-    for cls in classes:
-        if not (cls in _BY_VALUE or issubclass(cls, torch.Tensor)):
-            raise TypeError(f"left to Triton: an argument of type {cls.__name__}")
-    return tuple(i for i, cls in enumerate(classes) if issubclass(cls, torch.Tensor))
+    def _layout(self, classes) -> tuple:
+        """``(tensors, integers, floats)``: the positions, among arguments of these classes, of
+        tensors and of integers and floats not declared constexpr; TypeError for a class that
+        is neither a tensor's nor one of :data:`_KEYED`."""
+        for cls in classes:
+            if not (cls in _KEYED or issubclass(cls, torch.Tensor)):
+                raise TypeError(f"left to Triton: an argument of type {cls.__name__}")
+        plain = [(i, cls) for i, (cls, c) in enumerate(zip(classes, self.constexpr)) if not c]
+        return (tuple(i for i, cls in plain if issubclass(cls, torch.Tensor)),
+                tuple(i for i, cls in plain if cls is int),
+                tuple(i for i, cls in plain if cls is float))
 
 
 _KERNELS: dict[int, _Kernel] = {}
@@ -134,8 +146,6 @@ def launch(kernel, grid, *args, **kwargs):
     if found is None:
         compiled = kernel[grid](*args, **kwargs)
         if compiled is not None:
-            if len(entry.compiled) >= MAX_KEYS:
-                entry.compiled.clear()
             entry.compiled[key] = (compiled, compiled.run, compiled.function, compiled.packed_metadata)
         return compiled
     compiled, run, function, packed = found

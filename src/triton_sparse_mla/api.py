@@ -8,9 +8,10 @@ from numbers import Integral, Real
 import torch
 
 from . import configs, workspace
-from .boundary import check_tensor, device_traits, interpreting
+from .boundary import check_tensor, device_traits
 from .formats import D_NOPE, D_ROPE, D_V, row_format
 from .kernels.attention import gluon_applies, launch_sparse_mla_fwd
+from .kernels.common import INTERPRETED
 
 _Q_DTYPES = (torch.bfloat16, torch.float16)
 # The largest softmax scale accepted: times log2(e) and 2^8 (an fp16 operand's q scale divided
@@ -199,7 +200,7 @@ def sparse_mla_attention(q, kv, indices, sm_scale, *, topk_length=None, attn_sin
     if fp8 and workspace.wanted(t_count, dtype, fp8_workspace) and t_count > 0 \
             and indices.shape[1] > 0:
         # (the in-kernel path it would replace: sm90's Gluon tiles, where they apply, pay less)
-        gluon = gluon_applies(q_nope, kv, 0 if q_pe is None else q_pe.shape[2], True, interpreting())
+        gluon = gluon_applies(q_nope, kv, 0 if q_pe is None else q_pe.shape[2], True, INTERPRETED)
         built = workspace.build(kv, indices, topk_length, fp8_cvt, force=fp8_workspace is True,
                                 reuse=workspace.min_reuse(h_count, gluon),
                                 counted_reuse=workspace.min_reuse(h_count, gluon, counted=True),
@@ -229,7 +230,7 @@ def _run(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, out, lse, 
         return
     planned = plan is None
     if planned:
-        gluon = gluon_applies(q_nope, kv, 0 if q_pe is None else q_pe.shape[2], fp8, interpreting())
+        gluon = gluon_applies(q_nope, kv, 0 if q_pe is None else q_pe.shape[2], fp8, INTERPRETED)
         plan = configs.plan_launch(family, sm_count, fp8_cvt, t_count=t_count, h_count=h_count,
                                    topk=topk, fp8=fp8, gluon=gluon)
     return launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, out,

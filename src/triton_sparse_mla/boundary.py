@@ -11,6 +11,7 @@ import torch
 
 from . import configs
 from .kernels.attention import triton_version
+from .kernels.common import INTERPRETED
 
 
 def interpreting() -> bool:
@@ -20,7 +21,7 @@ def interpreting() -> bool:
 
 # Triton decides whether a kernel runs in its interpreter when it defines it: this package's
 # kernels were defined with this module's import (kernels.attention's with it).
-INTERPRETED_AT_IMPORT = interpreting()
+INTERPRETED_AT_IMPORT = INTERPRETED
 
 
 def check_interpreter():

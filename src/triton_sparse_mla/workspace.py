@@ -32,10 +32,9 @@ from __future__ import annotations
 
 import torch
 
-from .boundary import interpreting
 from .formats import D_NOPE, D_ROPE, FP8_ROW_BYTES
 from .hostmath import cdiv
-from .kernels.common import LAUNCH_OPTIONS
+from .kernels.common import INTERPRETED, LAUNCH_OPTIONS
 from .kernels.dedup import mark_rows_kernel, remap_kernel, upconvert_kernel
 from .kernels.launch import launch
 
@@ -239,7 +238,7 @@ def _upconvert(kv, pos, slots: int, fp8_cvt: int):
             kv_ptr=kv, pos_ptr=pos, ws_ptr=workspace, n_rows=n_rows, n_slots=slots,
             stride_kv=kv.stride(0),
             stride_ws=workspace.stride(0), FP8_CVT=fp8_cvt, D_PE=D_ROPE, BLOCK_R=_BLOCK_R,
-            INTERPRET=interpreting(),
+            INTERPRET=INTERPRETED,
             **LAUNCH_OPTIONS)
     return workspace
 

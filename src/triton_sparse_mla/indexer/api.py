@@ -8,7 +8,8 @@ from numbers import Integral
 
 import torch
 
-from ..boundary import check_tensor, device_traits, interpreting
+from ..boundary import check_tensor, device_traits
+from ..kernels.common import INTERPRETED
 from .flat import fp8_dot, launch_mqa_logits
 from .paged import launch_paged_mqa_logits
 from .reference import row_limits
@@ -55,7 +56,7 @@ def fp8_products(device) -> bool:
 
     ``device``: a CUDA device, or the CPU under ``TRITON_INTERPRET=1``."""
     _, _, fp8_cvt = device_traits(torch.device(device), "device")
-    return fp8_dot(fp8_cvt, interpreting())
+    return fp8_dot(fp8_cvt, INTERPRETED)
 
 
 def mqa_logits(q, k, k_scale, weights, row_starts, row_ends, width, *, out=None):
@@ -103,7 +104,7 @@ def mqa_logits(q, k, k_scale, weights, row_starts, row_ends, width, *, out=None)
     family, sm_count, fp8_cvt = device_traits(device, "q")
     return launch_mqa_logits(q.view(torch.uint8), k.view(torch.uint8), k_scale, weights, row_starts,
                              row_ends, out, family=family, sm_count=sm_count, fp8_cvt=fp8_cvt,
-                             interpret=interpreting())
+                             interpret=INTERPRETED)
 
 
 def paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, width, *, out=None):
@@ -171,4 +172,4 @@ def paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, width, *,
               else row_limits(context_lens, next_n).to(torch.int32))
     return launch_paged_mqa_logits(q.view(torch.uint8), kv_cache, weights, limits, block_tables,
                                    out, family=family, sm_count=sm_count, fp8_cvt=fp8_cvt,
-                                   interpret=interpreting())
+                                   interpret=INTERPRETED)

@@ -53,8 +53,8 @@ import triton.language as tl
 
 from ..hostmath import cdiv
 from .combine import launch_combine
-from .common import (FP8_ROPE_BYTE, FP8_SCALE_BYTE, LATENT_TILE, LAUNCH_OPTIONS, LN2,
-                     bf16_words_to_bf16, block_barrier, dequant_words, load_latent_tile,
+from .common import (FP8_ROPE_BYTE, FP8_SCALE_BYTE, INTERPRETED, LATENT_TILE, LAUNCH_OPTIONS,
+                     LN2, bf16_words_to_bf16, block_barrier, dequant_words, load_latent_tile,
                      load_rope_tile, load_words, opaque, score_part, sink_factor, sm_index,
                      tile_update)
 from .launch import launch
@@ -468,7 +468,7 @@ def launch_sparse_mla_fwd(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_
     plan made elsewhere (tests, the sweep, another device) is checked here.
     """
     tile, splits, fp8_cvt = plan.tile, plan.splits, plan.fp8_cvt
-    interpret = os.environ.get("TRITON_INTERPRET") == "1"
+    interpret = INTERPRETED
     d_pe = 0 if q_pe is None else q_pe.shape[2]
     if gluon_checked and tile.gluon:
         gluon = gluon_module()

@@ -11,6 +11,8 @@ memory: 5-10% in decode, 14-23% in prefill, for one extra bf16 rounding of the c
 (none with power-of-two scales, whose products with e4m3 values are exact in bf16).
 """
 
+import os
+
 import triton
 import triton.language as tl
 
@@ -21,6 +23,10 @@ from .. import formats
 # fusion off (3.9 warns of it), which would split each multiply-add the kernels were measured with
 # (the softmax's scaled scores, the rescaling, the fp8 scales) into two rounded instructions.
 LAUNCH_OPTIONS = {"enable_fp_fusion": True}
+
+# Whether this package's kernels run in Triton's interpreter: Triton decides where a kernel is
+# defined, from TRITON_INTERPRET, so the launchers read it here once, not on every call.
+INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 LN2 = tl.constexpr(0.6931471805599453)
 LATENT_TILE = tl.constexpr(formats.FP8_TILE)

@@ -89,8 +89,8 @@ def main(path, specs, label):
         row["ours_profile"] = profile(ours)
         record["rows"].append(row)
         fm_text = "-" if row["flashmla_host_us"] is None else f"{row['flashmla_host_us']:7.1f}"
-        print(f"HOST [{label} fast_launch={record['fast_launch']}] {w.name:34s} ours {row['ours_host_us']:7.1f} us  FlashMLA {fm_text} us",
-              flush=True)
+        print(f"HOST [{label} fast_launch={record['fast_launch']}] {w.name:34s} "
+              f"ours {row['ours_host_us']:7.1f} us  FlashMLA {fm_text} us", flush=True)
         for name, ncalls, own, cum in row["ours_profile"][:12]:
             print(f"  {own:7.2f} own {cum:8.2f} cum {ncalls:5.1f}x  {name}", flush=True)
         with open(path, "w") as f:

@@ -20,7 +20,9 @@ change no key unless Triton's specialization of them changes.
 
 Triton's path is kept for every call while a launch hook is installed (a profiler's), for an
 argument of a class other than those below (a tuple, a tensor descriptor), under the
-interpreter, and everywhere with ``TRITON_SPARSE_MLA_FAST_LAUNCH=0`` (read at import).
+interpreter, and everywhere with ``TRITON_SPARSE_MLA_FAST_LAUNCH=0`` (read at import). What
+this path does not repeat: Triton's check that the kernel's globals still hold the values it
+was compiled with (the package's are module constants, never reassigned).
 """
 
 from __future__ import annotations

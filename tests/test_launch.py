@@ -95,6 +95,69 @@ def test_keys_hold_no_tensor():
     assert not any(isinstance(v, torch.Tensor) for v in keys[0][1])
 
 
+class _Compiled:
+    """A stand-in for Triton's compiled kernel: its launcher records what it is handed."""
+
+    def __init__(self):
+        self.launches = []
+        self.function, self.packed_metadata = "function", "metadata"
+
+    def run(self, *args):
+        self.launches.append(args)
+
+
+def _stand_in(monkeypatch, hooks=None):
+    """``(kernel, compiled, triton_calls)``: ``_probe`` as a JIT function whose Triton path
+    is recorded and returns one stand-in compiled kernel, on device 3 and stream 7, with launch
+    hooks idle unless ``hooks`` (a list) holds one."""
+    kernel = JITFunction(_probe)
+    compiled, triton_calls = _Compiled(), []
+
+    def triton_path(grid):
+        def call(*args, **kwargs):
+            triton_calls.append((grid, args, kwargs))
+            return compiled
+        return call
+
+    monkeypatch.setattr(JITFunction, "__getitem__", lambda self, grid: triton_path(grid))
+    monkeypatch.setattr(launch, "_RUNTIME", [lambda: 3, lambda device: 7 + device - 3,
+                                             lambda: not hooks])
+    monkeypatch.setattr(launch, "FAST", True)
+    return kernel, compiled, triton_calls
+
+
+def test_launch_keeps_the_compiled_kernel_and_hands_its_launcher_the_arguments(monkeypatch):
+    """The first call takes Triton's path; a second with the same key goes to the kept
+    kernel's launcher: grid padded to three, the current stream, no hooks, then every
+    parameter's value in order (defaults filled in); a call with a new key takes Triton's path
+    again."""
+    kernel, compiled, triton_calls = _stand_in(monkeypatch)
+    x = torch.zeros(64)
+    args = dict(x_ptr=x, y_ptr=None, n=4, m=32, scale=0.5, flag=True, BLOCK=16, num_warps=4)
+    assert launch.launch(kernel, (5,), **args) is compiled
+    assert len(triton_calls) == 1 and not compiled.launches
+    assert launch.launch(kernel, (6, 2), **dict(args, scale=2.0, n=20)) is compiled
+    assert len(triton_calls) == 1
+    assert compiled.launches == [(6, 2, 1, 7, "function", "metadata", None, None, None,
+                                  x, None, 20, 32, 2.0, True, 16, None)]
+    launch.launch(kernel, (6,), **dict(args, n=1))  # (1: a constant to Triton)
+    launch.launch(kernel, (6,), **dict(args, num_warps=8))
+    launch.launch(kernel, (6,), **dict(args, x_ptr=x[1:]))  # (not 16-byte aligned)
+    assert len(triton_calls) == 4 and len(compiled.launches) == 1
+
+
+def test_launch_leaves_hooked_and_unkeyed_calls_to_triton(monkeypatch):
+    hooks = ["a profiler"]
+    kernel, compiled, triton_calls = _stand_in(monkeypatch, hooks)
+    args = dict(x_ptr=torch.zeros(8), y_ptr=None, n=4, m=4, scale=1.0, flag=True, BLOCK=16)
+    for _ in range(2):
+        launch.launch(kernel, (1,), **args)
+    hooks.clear()
+    for _ in range(2):
+        launch.launch(kernel, (1,), **dict(args, y_ptr=(1, 2)))
+    assert len(triton_calls) == 4 and not compiled.launches
+
+
 def _check(prob, q, fmt):
     out, lse = sparse_mla_attention(q, prob.kv, prob.indices, prob.sm_scale,
                                     topk_length=prob.topk_length, return_lse=True)

@@ -92,9 +92,6 @@ class _Kernel:
                 tuple(i for i, cls in plain if cls is float))
 
 
-_KERNELS: dict[int, _Kernel] = {}
-
-
 def _runtime():
     """``(current device, current stream of a device, hooks_idle)`` functions of this Triton."""
     from triton.runtime import driver
@@ -135,9 +132,9 @@ def launch(kernel, grid, *args, **kwargs):
     current_device, current_stream, hooks_idle = _RUNTIME
     if not hooks_idle():  # (nor are kernels compiled under a stages hook kept)
         return kernel[grid](*args, **kwargs)
-    entry = _KERNELS.get(id(kernel))
+    entry = getattr(kernel, "_triton_sparse_mla_launch", None)
     if entry is None:
-        entry = _KERNELS[id(kernel)] = _Kernel(kernel)
+        entry = kernel._triton_sparse_mla_launch = _Kernel(kernel)
     device = current_device()
     values = entry.values(args, kwargs)
     try:

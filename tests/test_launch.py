@@ -1,6 +1,7 @@
 """kernels/launch.py: a call's key decides which compiled kernel it runs, so calls with equal
-keys must be calls Triton specializes alike; on a GPU, a repeated call skips Triton's path and
-still gives the reference's answer."""
+keys must be calls Triton specializes alike; with a stand-in for Triton, what the dispatch hands
+the launcher; on a GPU, a repeated call skips Triton's path and still gives the reference's
+answer."""
 
 import random
 

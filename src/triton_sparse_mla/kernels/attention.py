@@ -51,6 +51,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .. import configs
 from ..hostmath import cdiv
 from .combine import launch_combine
 from .common import (FP8_ROPE_BYTE, FP8_SCALE_BYTE, INTERPRETED, LATENT_TILE, LAUNCH_OPTIONS,
@@ -400,16 +401,9 @@ def gluon_applies(q_nope, kv, d_pe: int, fp8: bool, interpret: bool) -> bool:
         return False
     if kv.stride(0) % 16 != 0 or kv.data_ptr() % 16 != 0:
         return False
-    if _capability_major(q_nope.device.index) != 9:
+    if configs.device_traits(q_nope.device.index)[0] != "sm90":  # (queried once a device)
         return False
     return gluon_module() is not None
-
-
-@functools.lru_cache(maxsize=None)
-def _capability_major(device_index: int) -> int:
-    """A CUDA device's compute capability major, queried once (a query costs microseconds of
-    every call's host time)."""
-    return torch.cuda.get_device_capability(device_index)[0]
 
 
 # The Triton versions whose Gluon calls the kernels use, [first, past the last): compiled and

@@ -30,6 +30,15 @@ def _poisoned_empty():
     torch.use_deterministic_algorithms(False)
 
 
+@pytest.fixture(autouse=True)
+def _fresh_replays():
+    """Each test's calls are planned afresh, not replayed from another test's (some change the
+    planner's tables or the fp8 workspace's rule): triton_sparse_mla/replay.py."""
+    from triton_sparse_mla import replay
+
+    replay.clear()
+
+
 @pytest.fixture(scope="session")
 def device():
     if torch.cuda.is_available():

@@ -198,3 +198,15 @@ def indexer_tolerance(device: torch.device) -> float:
     from triton_sparse_mla.indexer import fp8_products
 
     return 1e-3 if fp8_products(device) else 2e-6
+
+
+class CompiledStandIn:
+    """A stand-in for Triton's compiled kernel (tests of kernels/launch.py and replay.py on
+    the CPU): its launcher records what it is handed."""
+
+    def __init__(self):
+        self.launches = []
+        self.function, self.packed_metadata = "function", "metadata"
+
+    def run(self, *args):
+        self.launches.append(args)

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from problems import aligned_rows, assert_close, make_problem
-from triton_sparse_mla import sparse_mla_attention, sparse_mla_reference
+from triton_sparse_mla import replay, sparse_mla_attention, sparse_mla_reference
 from triton_sparse_mla.kernels import attention
 
 
@@ -67,6 +67,7 @@ def test_first_call_inside_capture(monkeypatch):
     torch.cuda.current_stream().wait_stream(s)
     graph = torch.cuda.CUDAGraph()
     monkeypatch.setattr(attention, "_SM_ID_COUNT", {})
+    replay.clear()  # (a first call: not the replay of the call on stream s)
     with torch.cuda.graph(graph):
         sparse_mla_attention(p.q, p.kv, p.indices, 0.07, out=out)
     assert attention._SM_ID_COUNT == {}

@@ -11,7 +11,7 @@ import triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.runtime.jit import JITFunction, create_function_from_signature
 
-from problems import assert_close, make_problem, tol
+from problems import CompiledStandIn, assert_close, make_problem, tol
 from triton_sparse_mla import sparse_mla_attention, sparse_mla_reference
 from triton_sparse_mla.kernels import launch
 
@@ -96,23 +96,12 @@ def test_keys_hold_no_tensor():
     assert not any(isinstance(v, torch.Tensor) for v in keys[0][1])
 
 
-class _Compiled:
-    """A stand-in for Triton's compiled kernel: its launcher records what it is handed."""
-
-    def __init__(self):
-        self.launches = []
-        self.function, self.packed_metadata = "function", "metadata"
-
-    def run(self, *args):
-        self.launches.append(args)
-
-
 def _stand_in(monkeypatch, hooks=None):
     """``(kernel, compiled, triton_calls)``: ``_probe`` as a JIT function whose Triton path
     is recorded and returns one stand-in compiled kernel, on device 3 and stream 7, with launch
     hooks idle unless ``hooks`` (a list) holds one."""
     kernel = JITFunction(_probe)
-    compiled, triton_calls = _Compiled(), []
+    compiled, triton_calls = CompiledStandIn(), []
 
     def triton_path(grid):
         def call(*args, **kwargs):

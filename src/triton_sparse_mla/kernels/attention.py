@@ -58,7 +58,7 @@ from .common import (FP8_ROPE_BYTE, FP8_SCALE_BYTE, INTERPRETED, LATENT_TILE, LA
                      LN2, bf16_words_to_bf16, block_barrier, dequant_words, load_latent_tile,
                      load_rope_tile, load_words, opaque, score_part, sink_factor, sm_index,
                      tile_update)
-from .launch import launch
+from .launch import launch, scratch, shared, unrecorded
 
 D_NOPE = 512
 
@@ -337,7 +337,8 @@ def sm_id_count(device_index: int) -> int | None:
         if torch.cuda.is_current_stream_capturing():
             return None
         out = torch.zeros(1, dtype=torch.int32, device=torch.device("cuda", device_index))
-        launch(_sm_id_count_kernel, (1,), out, **LAUNCH_OPTIONS)
+        with unrecorded():
+            launch(_sm_id_count_kernel, (1,), out, **LAUNCH_OPTIONS)
         _SM_ID_COUNT[device_index] = int(out.item())
     return _SM_ID_COUNT[device_index]
 
@@ -356,12 +357,14 @@ def exchange_scratch(device, dtype, block_h, block_n, sm_ids):
     """
     key = (str(device), dtype, block_h, block_n)
     if key in _SCRATCH:
+        shared(*_SCRATCH[key])
         return _SCRATCH[key]
     slots = 2 * sm_ids
     bufs = (torch.empty(slots * block_h * block_n, dtype=dtype, device=device),
             torch.empty(slots * block_h, dtype=torch.float32, device=device))
     if not (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
         _SCRATCH[key] = bufs
+        shared(*bufs)
     return bufs
 
 
@@ -538,8 +541,8 @@ def launch_with_combine(kernel, grid, args, out, lse, attn_sink, splits):
             stride_lse_h=lse.stride(1) if lse is not None else 0,
             PARTIAL=False, **args, **LAUNCH_OPTIONS,
         )
-    part_o = torch.empty(t_count, splits, h_count, D_NOPE, dtype=torch.float32, device=out.device)
-    part_lse = torch.empty(t_count, h_count, splits, dtype=torch.float32, device=out.device)
+    part_o, part_lse = scratch(((t_count, splits, h_count, D_NOPE), (t_count, h_count, splits)),
+                               torch.float32, out.device)
     compiled = launch(
         kernel, grid,
         out_ptr=part_o, lse_ptr=part_lse,

@@ -23,11 +23,18 @@ argument of a class other than those below (a tuple, a tensor descriptor), under
 interpreter, and everywhere with ``TRITON_SPARSE_MLA_FAST_LAUNCH=0`` (read at import). What
 this path does not repeat: Triton's check that the kernel's globals still hold the values it
 was compiled with (the package's are module constants, never reassigned).
+
+While :func:`recording` is active, each launch is also noted (its launcher, grid and values),
+with the per-call scratch (:func:`scratch`) and the shared buffers (:func:`shared`) its caller
+names, so that triton_sparse_mla/replay.py can repeat a whole call's launches without its host
+work.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 
 import torch
 import triton.language as tl
@@ -121,17 +128,24 @@ def _idle(hook) -> bool:
 _RUNTIME = []
 
 
+def runtime():
+    """``(current device, current stream of a device, hooks_idle)``: this Triton's functions,
+    fetched once."""
+    if not _RUNTIME:
+        _RUNTIME.extend(_runtime())
+    return _RUNTIME
+
+
 def launch(kernel, grid, *args, **kwargs):
     """``kernel[grid](*args, **kwargs)`` for a ``@triton.jit`` kernel, ``grid`` a tuple of 1
     to 3 ints (a parameter left out takes its default); returns what that returns (the
     compiled kernel; None under the interpreter)."""
+    recording = getattr(_LOCAL, "recording", None)
     if not FAST or not isinstance(kernel, JITFunction):  # (the interpreter's kernels)
-        return kernel[grid](*args, **kwargs)
-    if not _RUNTIME:
-        _RUNTIME.extend(_runtime())
-    current_device, current_stream, hooks_idle = _RUNTIME
+        return _triton_path(kernel, grid, args, kwargs, recording)
+    current_device, current_stream, hooks_idle = runtime()
     if not hooks_idle():  # (nor are kernels compiled under a stages hook kept)
-        return kernel[grid](*args, **kwargs)
+        return _triton_path(kernel, grid, args, kwargs, recording)
     entry = getattr(kernel, "_triton_sparse_mla_launch", None)
     if entry is None:
         entry = kernel._triton_sparse_mla_launch = _Kernel(kernel)
@@ -141,13 +155,111 @@ def launch(kernel, grid, *args, **kwargs):
         key = (device, entry.key(values, kwargs))
         found = entry.compiled.get(key)
     except TypeError:  # an argument left to Triton, or an unhashable one (3.3's constexpr)
-        return kernel[grid](*args, **kwargs)
+        return _triton_path(kernel, grid, args, kwargs, recording)
+    grid3 = (*grid, 1, 1)[:3]
     if found is None:
         compiled = kernel[grid](*args, **kwargs)
-        if compiled is not None:
-            entry.compiled[key] = (compiled, compiled.run, compiled.function, compiled.packed_metadata)
+        if compiled is None:  # (nothing to keep, nor to replay)
+            if recording is not None:
+                recording.complete = False
+            return compiled
+        found = entry.compiled[key] = (compiled, compiled.run, compiled.function,
+                                       compiled.packed_metadata)
+        if recording is not None:
+            recording.launches.append((found[1:], grid3, values))
         return compiled
     compiled, run, function, packed = found
-    grid = (*grid, 1, 1)
-    run(grid[0], grid[1], grid[2], current_stream(device), function, packed, None, None, None, *values)
+    if recording is not None:
+        recording.launches.append((found[1:], grid3, values))
+    run(grid3[0], grid3[1], grid3[2], current_stream(device), function, packed, None, None, None,
+        *values)
     return compiled
+
+
+def _triton_path(kernel, grid, args, kwargs, recording):
+    """``kernel[grid](*args, **kwargs)``: a call an active recording cannot replay."""
+    if recording is not None:
+        recording.complete = False
+    return kernel[grid](*args, **kwargs)
+
+
+# The launches a caller records, to replay them for later calls of the same shapes
+# (triton_sparse_mla/replay.py).
+
+_LOCAL = threading.local()
+
+
+class Recording:
+    """What happened through this module while :func:`recording` was active, in this thread.
+
+    ``launches``: per launch ``((run, function, packed metadata), grid of 3, values)``, the
+    kept compiled kernel's launcher and what it was handed. ``complete``: False once a launch
+    took Triton's own path (which a replay cannot repeat). ``scratch``: per :func:`scratch`
+    call ``(numel, dtype)``; ``views``: ``id(view) -> (scratch index, byte offset)`` for the
+    views it returned; ``shared``: ``id(tensor) -> tensor`` for :func:`shared` tensors.
+    """
+
+    def __init__(self):
+        self.launches, self.complete = [], True
+        self.scratch, self.views, self.shared = [], {}, {}
+
+
+@contextlib.contextmanager
+def recording():
+    """Record this thread's launches (and scratch) while the block runs; yields a
+    :class:`Recording` (None where one is already active: recordings do not nest)."""
+    if getattr(_LOCAL, "recording", None) is not None:
+        yield None
+        return
+    _LOCAL.recording = rec = Recording()
+    try:
+        yield rec
+    finally:
+        _LOCAL.recording = None
+
+
+@contextlib.contextmanager
+def unrecorded():
+    """Launches in the block are no part of an active recording (a one-off query a later call
+    does not repeat)."""
+    saved = getattr(_LOCAL, "recording", None)
+    _LOCAL.recording = None
+    try:
+        yield
+    finally:
+        _LOCAL.recording = saved
+
+
+def scratch(shapes, dtype, device) -> list:
+    """Tensors of ``shapes`` (each a tuple), contiguous views of one ``torch.empty`` of
+    ``dtype`` on ``device``, for one call's launches; an active recording notes them, so that
+    a replay allocates its own."""
+    sizes = [_numel(shape) for shape in shapes]
+    flat = torch.empty(sum(sizes), dtype=dtype, device=device)
+    views, start = [], 0
+    for shape, size in zip(shapes, sizes):
+        views.append(flat[start:start + size].view(shape))
+        start += size
+    recording = getattr(_LOCAL, "recording", None)
+    if recording is not None:
+        index = len(recording.scratch)
+        recording.scratch.append((flat.numel(), dtype))
+        for view in views:
+            recording.views[id(view)] = (index, view.data_ptr() - flat.data_ptr())
+    return views
+
+
+def shared(*tensors):
+    """Note ``tensors`` (kept by their owner for every call) to an active recording: a replay
+    hands the launches these same tensors."""
+    recording = getattr(_LOCAL, "recording", None)
+    if recording is not None:
+        for t in tensors:
+            recording.shared[id(t)] = t
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n

@@ -111,7 +111,7 @@ class Recipe:
         for tensor, index in views:
             if tensor is not None:
                 where[id(tensor)] = (index, tensor.data_ptr() - sources[index].data_ptr())
-        for view, (index, offset) in rec.views.items():
+        for view, (index, offset, _) in rec.views.items():
             where[view] = (len(sources) + index, offset)
         launches = []
         for runner, grid, values in rec.launches:

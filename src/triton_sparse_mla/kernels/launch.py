@@ -33,6 +33,7 @@ work.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import threading
 
@@ -195,8 +196,8 @@ class Recording:
     ``launches``: per launch ``((run, function, packed metadata), grid of 3, values)``, the
     kept compiled kernel's launcher and what it was handed. ``complete``: False once a launch
     took Triton's own path (which a replay cannot repeat). ``scratch``: per :func:`scratch`
-    call ``(numel, dtype)``; ``views``: ``id(view) -> (scratch index, byte offset)`` for the
-    views it returned; ``shared``: ``id(tensor) -> tensor`` for :func:`shared` tensors.
+    call ``(numel, dtype)``; ``views``: ``id(view) -> (scratch index, byte offset, view)`` for
+    the views it returned (held, so that no other tensor takes their ids); ``shared``: ``id(tensor) -> tensor`` for :func:`shared` tensors.
     """
 
     def __init__(self):
@@ -234,7 +235,7 @@ def scratch(shapes, dtype, device) -> list:
     """Tensors of ``shapes`` (each a tuple), contiguous views of one ``torch.empty`` of
     ``dtype`` on ``device``, for one call's launches; an active recording notes them, so that
     a replay allocates its own."""
-    sizes = [_numel(shape) for shape in shapes]
+    sizes = [math.prod(shape) for shape in shapes]
     flat = torch.empty(sum(sizes), dtype=dtype, device=device)
     views, start = [], 0
     for shape, size in zip(shapes, sizes):
@@ -245,7 +246,7 @@ def scratch(shapes, dtype, device) -> list:
         index = len(recording.scratch)
         recording.scratch.append((flat.numel(), dtype))
         for view in views:
-            recording.views[id(view)] = (index, view.data_ptr() - flat.data_ptr())
+            recording.views[id(view)] = (index, view.data_ptr() - flat.data_ptr(), view)
     return views
 
 
@@ -256,10 +257,3 @@ def shared(*tensors):
     if recording is not None:
         for t in tensors:
             recording.shared[id(t)] = t
-
-
-def _numel(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n

@@ -165,7 +165,7 @@ def _compare(prob, fmt, out=None, q=None, kv=None, indices=None, lse=True):
     ref_out, ref_lse = sparse_mla_reference(prob.q, prob.kv, prob.indices, prob.sm_scale,
                                             topk_length=prob.topk_length,
                                             attn_sink=prob.attn_sink)
-    assert_close(got_out, got_lse, ref_out, ref_lse if lse else None, **tol(fmt))
+    assert_close(got_out, got_lse, ref_out, ref_lse, **tol(fmt))
 
 
 # (name, make_problem's arguments): split top-k axes and their combine (T = 1), the few-head and

@@ -13,10 +13,14 @@ than the shape: the fp8_ds_mla workspace's decision (``fp8_workspace`` True, or 
 batch the workspace's rule considers: it counts rows or reads ``rows_bound``), a launch that
 took Triton's own path, or a tensor the launches were handed that is neither an argument, an
 output, noted scratch nor a shared buffer (a copy the call made). Nor is a call recorded while
-a CUDA graph is captured, while a launch hook is installed, or with
-``TRITON_SPARSE_MLA_FAST_LAUNCH=0``, nor under the interpreter; a replay too takes the full path while a hook is installed.
-What a replay does not repeat: reading ``TRITON_SPARSE_MLA_GLUON`` (read when a shape is first
-seen) and the checks, which a call of a validated shape passes.
+a CUDA graph is captured, while a launch hook is installed, with
+``TRITON_SPARSE_MLA_FAST_LAUNCH=0``, or under the interpreter; a replay too takes the full path
+while a hook is installed. What a replay does not repeat: reading ``TRITON_SPARSE_MLA_GLUON``
+(read when a shape is first seen) and the checks, which a call of a validated shape passes.
+
+Measured on an H100 host (BENCHMARKS.md, "Host time per call: each call shape's launches
+replayed"): a replayed decode call takes 17-46 us of host time where the full path took 61-94,
+about FlashMLA's C++ operator's 21-38 us.
 """
 
 from __future__ import annotations
@@ -28,6 +32,9 @@ from .kernels.common import INTERPRETED
 
 # The shapes kept at most; past it the oldest recorded is dropped.
 MAX_SHAPES = 1024
+# A replay's scratch tensors share one allocation, each at a multiple of this many bytes (the
+# launches were specialized for 16-byte aligned addresses, as torch's allocations are).
+SCRATCH_ALIGN = 256
 
 _RECIPES: dict = {}  # key -> Recipe, or None for a shape that is never replayed
 
@@ -97,9 +104,10 @@ def record(key, run, sources, views):
 class Recipe:
     """A recorded call: the outputs and scratch to allocate and the launches to make."""
 
-    def __init__(self, out_shape, lse_shape, dtype, device, q_pair, scratch, launches):
-        self.out_shape, self.lse_shape, self.dtype, self.device = out_shape, lse_shape, dtype, device
-        self.q_pair, self.scratch, self.launches = q_pair, scratch, launches
+    def __init__(self, out_shape, lse_shape, dtype, device, q_pair, scratch_bytes, launches):
+        self.out_shape, self.lse_shape = out_shape, lse_shape
+        self.dtype, self.device = dtype, device
+        self.q_pair, self.scratch_bytes, self.launches = q_pair, scratch_bytes, launches
 
     @classmethod
     def build(cls, rec, sources, views):
@@ -111,8 +119,13 @@ class Recipe:
         for tensor, index in views:
             if tensor is not None:
                 where[id(tensor)] = (index, tensor.data_ptr() - sources[index].data_ptr())
-        for view, (index, offset, _) in rec.views.items():
-            where[view] = (len(sources) + index, offset)
+        # (a replay's scratch tensors: places in one allocation, each SCRATCH_ALIGN-aligned)
+        offsets, scratch_bytes = [], 0
+        for nbytes in rec.scratch:
+            offsets.append(scratch_bytes)
+            scratch_bytes += -(-nbytes // SCRATCH_ALIGN) * SCRATCH_ALIGN
+        for tensor_id, (index, _) in rec.scratch_of.items():
+            where[tensor_id] = (len(sources), offsets[index])
         launches = []
         for runner, grid, values in rec.launches:
             template, slots = list(values), []
@@ -126,7 +139,7 @@ class Recipe:
             launches.append((runner, grid, template, tuple(slots)))
         q_nope, q_pe, _, _, _, _, out, lse = sources
         return cls(tuple(out.shape), None if lse is None else tuple(lse.shape), out.dtype,
-                   out.device, q_nope is not q_pe, tuple(rec.scratch), tuple(launches))
+                   out.device, q_nope is not q_pe, scratch_bytes, tuple(launches))
 
     def __call__(self, q, kv, indices, topk_length, attn_sink, out):
         """The recorded call's launches over these arguments (of the recorded shape); returns
@@ -138,8 +151,8 @@ class Recipe:
             lse = torch.empty(self.lse_shape, dtype=torch.float32, device=self.device)
         q_nope, q_pe = q if self.q_pair else (q, q)
         tensors = [q_nope, q_pe, kv, indices, topk_length, attn_sink, out, lse]
-        for numel, dtype in self.scratch:
-            tensors.append(torch.empty(numel, dtype=dtype, device=self.device))
+        if self.scratch_bytes:
+            tensors.append(torch.empty(self.scratch_bytes, dtype=torch.uint8, device=self.device))
         address = [None if t is None else t.data_ptr() for t in tensors]
         current_device, current_stream, _ = launch.runtime()
         stream = current_stream(current_device())

@@ -33,7 +33,6 @@ work.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import threading
 
@@ -195,14 +194,15 @@ class Recording:
 
     ``launches``: per launch ``((run, function, packed metadata), grid of 3, values)``, the
     kept compiled kernel's launcher and what it was handed. ``complete``: False once a launch
-    took Triton's own path (which a replay cannot repeat). ``scratch``: per :func:`scratch`
-    call ``(numel, dtype)``; ``views``: ``id(view) -> (scratch index, byte offset, view)`` for
-    the views it returned (held, so that no other tensor takes their ids); ``shared``: ``id(tensor) -> tensor`` for :func:`shared` tensors.
+    took Triton's own path (which a replay cannot repeat). ``scratch``: the size in bytes of
+    each :func:`scratch` tensor; ``scratch_of``: ``id(tensor) -> (scratch index, tensor)`` for
+    those tensors (held, so that no other tensor takes their ids); ``shared``:
+    ``id(tensor) -> tensor`` for :func:`shared` tensors.
     """
 
     def __init__(self):
         self.launches, self.complete = [], True
-        self.scratch, self.views, self.shared = [], {}, {}
+        self.scratch, self.scratch_of, self.shared = [], {}, {}
 
 
 @contextlib.contextmanager
@@ -232,22 +232,15 @@ def unrecorded():
 
 
 def scratch(shapes, dtype, device) -> list:
-    """Tensors of ``shapes`` (each a tuple), contiguous views of one ``torch.empty`` of
-    ``dtype`` on ``device``, for one call's launches; an active recording notes them, so that
-    a replay allocates its own."""
-    sizes = [math.prod(shape) for shape in shapes]
-    flat = torch.empty(sum(sizes), dtype=dtype, device=device)
-    views, start = [], 0
-    for shape, size in zip(shapes, sizes):
-        views.append(flat[start:start + size].view(shape))
-        start += size
+    """``torch.empty`` tensors of ``shapes`` (each a tuple) and ``dtype`` on ``device``, for one
+    call's launches; an active recording notes them, so that a replay allocates its own."""
+    tensors = [torch.empty(shape, dtype=dtype, device=device) for shape in shapes]
     recording = getattr(_LOCAL, "recording", None)
     if recording is not None:
-        index = len(recording.scratch)
-        recording.scratch.append((flat.numel(), dtype))
-        for view in views:
-            recording.views[id(view)] = (index, view.data_ptr() - flat.data_ptr(), view)
-    return views
+        for t in tensors:
+            recording.scratch_of[id(t)] = (len(recording.scratch), t)
+            recording.scratch.append(t.numel() * t.element_size())
+    return tensors
 
 
 def shared(*tensors):

@@ -104,10 +104,12 @@ def record(key, run, sources, views):
 class Recipe:
     """A recorded call: the outputs and scratch to allocate and the launches to make."""
 
-    def __init__(self, out_shape, lse_shape, dtype, device, q_pair, scratch_bytes, launches):
+    def __init__(self, out_shape, lse_shape, dtype, device, q_pair, scratch_bytes, launches,
+                 current_device):
         self.out_shape, self.lse_shape = out_shape, lse_shape
         self.dtype, self.device = dtype, device
         self.q_pair, self.scratch_bytes, self.launches = q_pair, scratch_bytes, launches
+        self.current_device = current_device  # (the launches' device: a key holds it)
 
     @classmethod
     def build(cls, rec, sources, views):
@@ -139,7 +141,8 @@ class Recipe:
             launches.append((runner, grid, template, tuple(slots)))
         q_nope, q_pe, _, _, _, _, out, lse = sources
         return cls(tuple(out.shape), None if lse is None else tuple(lse.shape), out.dtype,
-                   out.device, q_nope is not q_pe, scratch_bytes, tuple(launches))
+                   out.device, q_nope is not q_pe, scratch_bytes, tuple(launches),
+                   launch.runtime()[0]())
 
     def __call__(self, q, kv, indices, topk_length, attn_sink, out):
         """The recorded call's launches over these arguments (of the recorded shape); returns
@@ -154,8 +157,7 @@ class Recipe:
         if self.scratch_bytes:
             tensors.append(torch.empty(self.scratch_bytes, dtype=torch.uint8, device=self.device))
         address = [None if t is None else t.data_ptr() for t in tensors]
-        current_device, current_stream, _ = launch.runtime()
-        stream = current_stream(current_device())
+        stream = launch.runtime()[1](self.current_device)
         for (run, function, packed), grid, template, slots in self.launches:
             values = template.copy()
             for position, index, offset in slots:

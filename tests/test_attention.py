@@ -258,6 +258,20 @@ def test_gluon_narrow(p, block_h, f16, extra, device):
     _check_gluon(p, tile, device)
 
 
+@pytest.mark.gpu
+@SM90_ONLY
+@pytest.mark.parametrize("block_h", [8, 16])
+@pytest.mark.parametrize("p", NARROW_CASES)
+def test_gluon_fp8_regs(p, block_h, device):
+    """The few-head Gluon tile whose consumers convert the raw e4m3 bytes into register
+    operands (kernels/gluon_fp8_regs.py: permuted views of the raw rows, q's columns and the
+    output's in the same orders, scales on the score chains and the probabilities) matches the
+    reference, split and not, also for a q past fp16's range."""
+    tile = configs.TileConfig(block_h, 64, 4, 2, gluon=True, fp8_f16=True, fp8_regs=True)
+    _check_gluon(p, tile, device, q_gain=1e5)
+    _check_gluon(p, tile, device)
+
+
 NARROW_PLAIN_CASES = [
     case(3, 16, 200, 500, topk_length="partial", sink=True),
     case(2, 8, 300, 700, q_tuple=True, rising=True),
@@ -328,11 +342,13 @@ def test_gluon_runs_where_it_applies(device, monkeypatch):
     assert not tile64.gluon and tile64.exchange_p and not tile64.fp8_f16 and tile64.block_h == 64
     with pytest.raises(ValueError, match="fallback: a Triton tile"):
         configs.TileConfig(16, 32, 4, 2, fallback=configs.TileConfig(16, 32, 4, 3))
-    for name in ("wide_producer", "pingpong"):
+    for name in ("wide_producer", "pingpong", "fp8_regs"):
         with pytest.raises(ValueError, match=f"{name}: only the Gluon kernels read it"):
             configs.TileConfig(16, 64, 4, 2, **{name: True})
     with pytest.raises(ValueError, match="pingpong.*wide_producer"):
         configs.TileConfig(64, 64, 8, 2, gluon=True, pingpong=True, wide_producer=True)
+    with pytest.raises(ValueError, match="fp8_regs: the kernel has tiles of 8 or 16 heads, got 32"):
+        configs.TileConfig(32, 64, 4, 2, gluon=True, fp8_regs=True)
 
 
 def test_a_call_asks_once_whether_gluon_applies(device, monkeypatch):

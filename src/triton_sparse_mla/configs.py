@@ -102,6 +102,10 @@ class TileConfig:
     # 2026-12-03, run 153; BENCHMARKS.md "The alternate-tile kernel shipped");
     # shipped (sm90's _G64).
     pingpong: bool = False
+    # With ``gluon``, fp8_ds_mla rows and 8 or 16 heads: the consumers read the rows' raw e4m3
+    # bytes and convert them into the wgmma's register operands; the producer only copies,
+    # into four 41 KB slots (kernels/gluon_fp8_regs.py). Experimental: on in no table yet.
+    fp8_regs: bool = False
     # With ``gluon``: the Triton tile a call runs where the Gluon kernel does not apply
     # (``without_gluon``; the planner decides it per call, kernels.attention.gluon_applies).
     # None: the same shape with the Gluon-only fields off.
@@ -115,7 +119,7 @@ class TileConfig:
         if self.fallback is not None:
             return self.fallback
         return dataclasses.replace(self, gluon=False, wide_producer=False, pingpong=False,
-                                   fp8_f16=self.triton_fp8_f16)
+                                   fp8_regs=False, fp8_f16=self.triton_fp8_f16)
 
     @property
     def triton_fp8_f16(self) -> bool:
@@ -130,12 +134,14 @@ class TileConfig:
             raise ValueError(f"gluon: the Gluon kernels have two tiles, 64 heads x 64 rows with 8 "
                              f"warps, and 8, 16 or 32 heads x 64 rows with 4 warps, got "
                              f"{self.block_h} x {self.block_n} with {self.num_warps}")
-        for name in ("wide_producer", "pingpong"):
+        for name in ("wide_producer", "pingpong", "fp8_regs"):
             if getattr(self, name) and not self.gluon:
                 raise ValueError(f"{name}: only the Gluon kernels read it; set gluon too")
         if self.pingpong and self.wide_producer:
             raise ValueError("pingpong: the alternate-tile Gluon kernel's producer has 4 warps; "
                              "unset wide_producer")
+        if self.fp8_regs and self.block_h not in (8, 16):
+            raise ValueError(f"fp8_regs: the kernel has tiles of 8 or 16 heads, got {self.block_h}")
         if self.fallback is not None and (self.fallback.gluon or not self.gluon):
             raise ValueError("fallback: a Triton tile (gluon off) for a tile with gluon")
 

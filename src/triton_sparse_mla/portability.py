@@ -57,9 +57,9 @@ def _compile(kernel, types: dict, constexprs: dict, divisible: set, cap: int, wa
                           options={"num_warps": warps, "num_stages": stages, **LAUNCH_OPTIONS, **options})
 
 
-def registers(compiled) -> int | None:
-    """Registers a thread of ``compiled`` uses, read from its cubin with the ``cuobjdump`` that
-    ships with Triton (None where it is missing)."""
+def _resource_usage(compiled) -> str | None:
+    """``cuobjdump -res-usage`` of ``compiled``'s cubin, with the ``cuobjdump`` that ships with
+    Triton (None where it is missing)."""
     tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
     if not os.path.exists(tool):
         return None
@@ -67,9 +67,25 @@ def registers(compiled) -> int | None:
         path = os.path.join(tmp, "kernel.cubin")
         with open(path, "wb") as f:
             f.write(compiled.asm["cubin"])
-        usage = subprocess.run([tool, "-res-usage", path], capture_output=True, text=True).stdout
-    found = re.search(r"REG:(\d+)", usage)
+        return subprocess.run([tool, "-res-usage", path], capture_output=True, text=True).stdout
+
+
+def _usage_field(compiled, field: str) -> int | None:
+    usage = _resource_usage(compiled)
+    found = re.search(field + r":(\d+)", usage) if usage is not None else None
     return int(found.group(1)) if found else None
+
+
+def registers(compiled) -> int | None:
+    """Registers a thread of ``compiled`` uses, read from its cubin (None where the tool that
+    reads it is missing)."""
+    return _usage_field(compiled, "REG")
+
+
+def stack_bytes(compiled) -> int | None:
+    """Bytes of stack a thread of ``compiled`` uses (spilled registers, for these kernels), read
+    from its cubin as :func:`registers`."""
+    return _usage_field(compiled, "STACK")
 
 
 def _main_kernel_variants(tile: configs.TileConfig, cap: int, fp8: bool, family: str):

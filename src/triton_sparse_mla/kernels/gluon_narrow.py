@@ -128,9 +128,20 @@ def narrow_consumer(q_s0, q_s1, q_s2, q_s3, q_sp, k_s0, k_s1, k_s2, k_s3, kp_sme
 @gluon.jit
 def narrow_softmax(s, b_idx, n_rows, qk_scale, b_m, b_l2, acc0, acc1, acc2, acc3, p_smem):
     """One step's online softmax along the rows of the transposed scores ``s`` [BLOCK_N,
+    BLOCK_H] (:func:`narrow_probs`), the probabilities stored into ``p_smem`` (P^T). Returns
+    ``b_m, b_l2, acc0..acc3``."""
+    p, b_m, b_l2, acc0, acc1, acc2, acc3 = narrow_probs(s, b_idx, n_rows, qk_scale, b_m, b_l2, acc0, acc1, acc2,
+                                                        acc3)
+    p_smem.store(p.to(p_smem.dtype))
+    return b_m, b_l2, acc0, acc1, acc2, acc3
+
+
+@gluon.jit
+def narrow_probs(s, b_idx, n_rows, qk_scale, b_m, b_l2, acc0, acc1, acc2, acc3):
+    """One step's online softmax along the rows of the transposed scores ``s`` [BLOCK_N,
     BLOCK_H] (rows ``b_idx``, masked where invalid): the running max ``b_m`` and per-entry
-    denominators ``b_l2`` updated, the four output accumulators rescaled, the probabilities
-    stored into ``p_smem`` (P^T). Returns ``b_m, b_l2, acc0..acc3``."""
+    denominators ``b_l2`` updated, the four output accumulators rescaled. Returns the
+    probabilities P^T (fp32) and ``b_m, b_l2, acc0..acc3``."""
     m_n = (b_idx >= 0) & (b_idx < n_rows)
     s = gl.where(m_n[:, None], s * qk_scale, float("-inf"))
     b_m_new = gl.maximum(b_m, gl.max(s, axis=0))
@@ -143,8 +154,7 @@ def narrow_softmax(s, b_idx, n_rows, qk_scale, b_m, b_l2, acc0, acc1, acc2, acc3
     acc1 = acc1 * alpha
     acc2 = acc2 * alpha
     acc3 = acc3 * alpha
-    p_smem.store(p.to(p_smem.dtype))
-    return b_m, b_l2, acc0, acc1, acc2, acc3
+    return p, b_m, b_l2, acc0, acc1, acc2, acc3
 
 
 @gluon.jit

@@ -456,6 +456,11 @@ def tile_variant(tile, fp8: bool):
     and the warps it is launched with. The launcher and portability's compile check both take
     them from here."""
     pw = 8 if tile.wide_producer else 4
+    if fp8 and tile.fp8_regs:
+        from . import gluon_fp8_regs
+
+        return (gluon_fp8_regs.sparse_mla_gluon_fp8_regs_kernel,
+                dict(NS=gluon_fp8_regs.NS.value, PW=pw, BLOCK_H=tile.block_h), tile.num_warps)
     if fp8:
         from . import gluon_fp8_producer
 
@@ -495,7 +500,7 @@ def kernel_args(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, spl
     kernel, constexprs, num_warps = tile_variant(tile, fp8)
     if tile.pingpong:  # (its producer copies q with 16-byte asynchronous copies)
         q_nope, q_pe = _aligned16(q_nope), _aligned16(q_pe)
-    f16 = fp8 and tile.fp8_f16
+    f16 = fp8 and (tile.fp8_f16 or tile.fp8_regs)  # (q scaled by Q_F16_SCALE)
     args = dict(
         q_nope_ptr=q_nope, q_pe_ptr=q_pe, kv_ptr=kv, idx_ptr=indices,
         len_ptr=topk_length, sink_ptr=attn_sink,

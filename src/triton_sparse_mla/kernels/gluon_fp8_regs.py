@@ -1,0 +1,463 @@
+"""sm90's few-head Gluon kernel over fp8_ds_mla rows whose consumers read the rows' raw e4m3
+bytes and convert them into the wgmma's register operand (``TileConfig.fp8_regs``).
+
+In kernels/gluon_fp8_producer.py the producer dequantizes each tile into a 16-bit operand
+slot that both dots read from shared memory. At 16 heads a 64-row step then moves about
+310 KB through shared memory (the raw bytes written and read, the 16-bit tile written, read
+by the score dots and again, transposed, by the PV dots): the busiest unit of that kernel,
+whose step (about 1.50 us, 32K-row prefill) its one consumer warpgroup cannot shorten.
+
+Here the producer only copies: each row's 512 e4m3 bytes, its 4 scales and its bf16 rope,
+into a ring of ``NS`` slots of 41 KB (four fit where two 16-bit slots did). The consumers
+load the raw bytes straight into the register layout of a wgmma's A operand, convert them
+to fp16 (exact: every e4m3 value is an fp16 value) and issue the dots from registers:
+
+* scores ``S^T [64 rows, H] = sum_t s_t * (K_t . q_t^T) + K_rope . q_rope^T``: one dot
+  chain per 128-column latent tile ``t`` on the raw values, each scaled by its rows' scale
+  ``s_t`` in fp32 afterwards (the scale is per row, the dot's M);
+* output ``O_t^T [128 columns, H] += V_t^T . (P * s_t)^T``: the scale of row ``r`` (the
+  dot's K) multiplies the probabilities, four P^T tiles a step (each times 2^8, divided out
+  at the end: P * s stays inside fp16's normal range for any scale from 2^-22 to 2^8).
+
+A wgmma's A fragment gives each thread pairs of K-adjacent values, in columns 8 apart and
+rows 8 apart; read as it stands that is a shared-memory access of 2 bytes. But the order
+of a dot's K dimension is free, and so is the order of the output's columns (M of the PV
+dots) if the epilogue writes each to its place. So each view of the raw bytes names them in
+an order in which a thread's values lie side by side: the score dots' view (``_QK_VIEW``)
+maps a thread's 16 values of a row to 16 consecutive bytes (one 16-byte load), q is stored
+with its columns in the same order; the PV dots' view (``_V_VIEW``) maps a thread's 4
+output columns to 4 consecutive bytes of a row (one 4-byte load per row), the epilogue
+stores column ``m`` of tile ``t`` at ``128 t + _v_col(m)``. Rows are copied with their
+16-byte chunks swizzled by row (``_COPY_VIEW``) so that both views' loads are free of bank
+conflicts. All three are linear maps of the byte offset (``gl.SharedLinearLayout``).
+
+Two consumer warpgroups take alternate steps, each with its own accumulators, running max and
+denominators (few heads need few registers), and merge them at the end: the conversions
+lengthen each step's chain, and one warpgroup alone, with one warp per scheduler, ran it at
+0.93-0.95x of kernels/gluon_fp8_producer.py's at 8 heads (H200, 2026-12-06, this session's
+first run of the kernel; at 16 heads it spilled). q's latent tiles are loaded half by each.
+
+Shared memory per 64-row step at 16 heads: 41 KB copied in, 32 KB read by each view, the
+rope tile, q and P^T read by the dots: about 150 KB. The raw slot is free once its bytes are
+in registers, before the last PV dots run. Ring 4 x 41 KB, q 18 KB, P^T 2 x 4 x 2 KB: 199 KB.
+
+Import only where Gluon is available and not under the interpreter (as gluon_sm90).
+"""
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
+                                                              warpgroup_mma_wait)
+
+from . import gluon_narrow
+from .gluon_pingpong import _opaque_zero, _q_fresh
+from .gluon_sm90 import (FLAT, FLAT1, Q_F16_SCALE, SMEM, _NOT_SPECIALIZED, _arrive_all, _async_load, _barrier,
+                         _lse_and_scale, _reinterpret, _row_ids, _split_range, _tile_origin)
+
+# The latent row: 512 e4m3 bytes in four tiles of 128 columns, then 4 fp32 scales and the bf16
+# rope (formats.FP8_ROPE_BYTE).
+RAW = gl.constexpr(512)
+# The probabilities times 2^P_SHIFT before their rounding to fp16, divided out at the end.
+P_SCALE = gl.constexpr(256.0)
+P_UNSCALE = gl.constexpr(1.0 / 256.0)
+
+# A raw slot [64 rows, 512 bytes] as the producer's copies see it (logical row, byte of the row):
+# offset bits 0-8 the byte, 9-14 the row, and the row's bits 0-2 flip bits 2 and 1 of its
+# 16-byte chunk index (offsets 64 and 32), so that both views below load without conflicts.
+_COPY_VIEW = gl.constexpr(gl.SharedLinearLayout(offset_bases=[
+    [0, 1], [0, 2], [0, 4], [0, 8], [0, 16], [0, 32], [0, 64], [0, 128], [0, 256],
+    [1, 64], [2, 32], [4, 64], [8, 0], [16, 0], [32, 0]]))
+# The score dots' view [row, 128 * tile + k]: byte bits 0-3 are k's bits 0, 3, 4, 5 (the
+# thread's registers), bits 4-5 k's bits 1-2 (its lane), bit 6 k's bit 6; bits 7-8 the tile.
+_QK_VIEW = gl.constexpr(gl.SharedLinearLayout(offset_bases=[
+    [0, 1], [0, 8], [0, 16], [0, 32], [0, 2], [0, 4], [0, 64], [0, 128], [0, 256],
+    [1, 64], [2, 4], [4, 64], [8, 0], [16, 0], [32, 0]]))
+# The PV dots' view [128 * tile + m, row] (V^T): byte bits 0-1 are m's bits 3 and 6
+# (registers), 2-4 m's bits 0-2 (lanes), 5-6 m's bits 4-5 (warps).
+_V_VIEW = gl.constexpr(gl.SharedLinearLayout(offset_bases=[
+    [8, 0], [64, 0], [1, 0], [2, 0], [4, 0], [16, 0], [32, 0], [128, 0], [256, 0],
+    [32, 1], [16, 2], [32, 4], [0, 8], [0, 16], [0, 32]]))
+
+# The raw bytes as loaded: a wgmma A fragment of one warpgroup (4 warps along M) with its
+# registers reordered so that those side by side in shared memory come first. [64, 128] for
+# the score dots (16 bytes of a row), [128, 64] for the PV dots (4 bytes of a row). The same
+# values per thread as gl.DotOperandLayout(0, T_L, 2) holds: converting is a renaming.
+_QK_LOAD = gl.constexpr(gl.DistributedLinearLayout(
+    reg_bases=[[0, 1], [0, 8], [0, 16], [0, 32], [8, 0], [0, 64]],
+    lane_bases=[[0, 2], [0, 4], [1, 0], [2, 0], [4, 0]], warp_bases=[[16, 0], [32, 0]], block_bases=[],
+    shape=[64, 128]))
+_QK_LOAD64 = gl.constexpr(gl.DistributedLinearLayout(
+    reg_bases=[[0, 1], [0, 8], [0, 16], [0, 32], [8, 0]],
+    lane_bases=[[0, 2], [0, 4], [1, 0], [2, 0], [4, 0]], warp_bases=[[16, 0], [32, 0]], block_bases=[],
+    shape=[64, 64]))
+_V_LOAD = gl.constexpr(gl.DistributedLinearLayout(
+    reg_bases=[[8, 0], [64, 0], [0, 1], [0, 8], [0, 16], [0, 32]],
+    lane_bases=[[0, 2], [0, 4], [1, 0], [2, 0], [4, 0]], warp_bases=[[16, 0], [32, 0]], block_bases=[],
+    shape=[128, 64]))
+
+
+@gluon.jit
+def _qk_col(k):
+    """The byte of a 128-column tile that the score dots' view names column ``k``."""
+    return (k & 1) | (((k >> 3) & 7) << 1) | (((k >> 1) & 3) << 4) | (k & 64)
+
+
+@gluon.jit
+def _v_col(m):
+    """The byte of a 128-column tile that the PV dots' view names column ``m``."""
+    return ((m >> 3) & 1) | (((m >> 6) & 1) << 1) | ((m & 7) << 2) | (((m >> 4) & 3) << 5)
+
+
+@gluon.constexpr_function
+def _acc_layout(BLOCK_H):
+    """The accumulators' layout: one warpgroup, heads along N."""
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_H, 16])
+
+
+@gluon.jit
+def _operand(view, LOAD: gl.constexpr, T_L: gl.constexpr):
+    """Raw e4m3 bytes ``view`` loaded in ``LOAD`` and converted (exactly) to fp16, as the A
+    operand of a wgmma with accumulator layout ``T_L``."""
+    b = view.load(LOAD).to(gl.float8e4nv, bitcast=True).to(gl.float16)
+    return gl.convert_layout(b, gl.DotOperandLayout(operand_index=0, parent=T_L, k_width=2))
+
+
+@gluon.jit
+def _load_q_permuted(q_s0, q_s1, q_s2, q_s3, q_sp, q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
+                     stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H: gl.constexpr, D_PE: gl.constexpr,
+                     c: gl.constexpr):
+    """Consumer warpgroup ``c``'s half of q into shared memory: latent tiles ``2c`` and ``2c +
+    1`` in fp16 with their columns in the score view's order (``_qk_col``), and for ``c == 0``
+    the rope in bf16, all times Q_F16_SCALE (gluon_sm90._q_part)."""
+    G: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])
+    o_h = h0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, G))
+    m_h = (o_h < n_heads)[:, None]
+    o_k = _qk_col(gl.arange(0, 128, layout=gl.SliceLayout(0, G)))
+    p_q = (q_nope_ptr + i_t * stride_qn_t + o_h * stride_qn_h)[:, None] + o_k[None, :]
+    for t in gl.static_range(2 * c, 2 * c + 2):
+        b_q = gl.load(p_q + 128 * t, mask=m_h, other=0.0).to(gl.float32) * Q_F16_SCALE
+        # (the scale before the rounding: gluon_sm90._q_part)
+        b_q = gl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [b_q], dtype=gl.float32, is_pure=False,
+                                        pack=1).to(gl.float16)
+        if t == 0:
+            q_s0.store(b_q)
+        elif t == 1:
+            q_s1.store(b_q)
+        elif t == 2:
+            q_s2.store(b_q)
+        else:
+            q_s3.store(b_q)
+    if c == 0:
+        _load_q_rope(q_sp, q_pe_ptr, i_t, h0, n_heads, stride_qp_t, stride_qp_h, BLOCK_H, D_PE)
+
+
+@gluon.jit
+def _load_q_rope(q_sp, q_pe_ptr, i_t, h0, n_heads, stride_qp_t, stride_qp_h, BLOCK_H: gl.constexpr,
+                 D_PE: gl.constexpr):
+    """q's rope into shared memory in bf16, times Q_F16_SCALE."""
+    GP: gl.constexpr = gl.BlockedLayout([1, 4], [2, 16], [4, 1], [1, 0])
+    o_h2 = h0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, GP))
+    o_p = gl.arange(0, D_PE, layout=gl.SliceLayout(0, GP))
+    p_qp = (q_pe_ptr + i_t * stride_qp_t + o_h2 * stride_qp_h)[:, None] + o_p[None, :]
+    b_qp = gl.load(p_qp, mask=(o_h2 < n_heads)[:, None], other=0.0)
+    q_sp.store((b_qp.to(gl.float32) * Q_F16_SCALE).to(gl.bfloat16))
+
+
+@gluon.jit
+def _scale_col(sc_smem, slot, t: gl.constexpr, LAYOUT: gl.constexpr):
+    """Column ``t`` of slot ``slot``'s row scales, [64] fp32 in ``LAYOUT``."""
+    return sc_smem.index(4 * slot + t).load(LAYOUT)
+
+
+@gluon.jit
+def _nb_sync(bar_id: gl.constexpr):
+    """Wait at hardware barrier ``bar_id`` until both consumer warpgroups (256 threads) are
+    there; shared-memory writes before it are then visible to the other warpgroup."""
+    gl.inline_asm_elementwise("bar.sync $1, 256;\n\tmov.u32 $0, 0;", "=r,r", [gl.program_id(0) * 0 + bar_id],
+                              dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _nb_arrive(bar_id: gl.constexpr):
+    """Arrive at hardware barrier ``bar_id`` of the two consumer warpgroups without waiting."""
+    gl.inline_asm_elementwise("bar.arrive $1, 256;\n\tmov.u32 $0, 0;", "=r,r",
+                              [gl.program_id(0) * 0 + bar_id], dtype=gl.int32, is_pure=False, pack=1)
+
+
+# The consumer warpgroups' hardware barriers (0-3 are the compiler's): q stored, both loops
+# done, the second warpgroup's state stored for the first.
+_NB_Q, _NB_DONE, _NB_STATE = gl.constexpr(8), gl.constexpr(9), gl.constexpr(10)
+
+
+@gluon.jit
+def _latent_scores(qv, q_s, c, t: gl.constexpr, s_in, s_zero, T_L: gl.constexpr):
+    """``s_in`` plus latent tile ``t``'s scores times its rows' scales ``c``: the tile's two
+    64-column halves (raw bytes from the score view ``qv``, q's tile ``q_s``) on one chain,
+    waited for (and with it ``s_in``, where it is an earlier dot's)."""
+    a0 = _operand(qv.slice(128 * t, 64, dim=1), _QK_LOAD64, T_L)
+    st = warpgroup_mma(a0, q_s.slice(0, 64, dim=1).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    a1 = _operand(qv.slice(128 * t + 64, 64, dim=1), _QK_LOAD64, T_L)
+    st = warpgroup_mma(a1, q_s.slice(64, 64, dim=1).permute((1, 0)), st, is_async=True)
+    s_in, st, a0, a1 = warpgroup_mma_wait(0, deps=[s_in, st, a0, a1])
+    return s_in + st * c[:, None]
+
+
+@gluon.jit
+def _wg_steps(c: gl.constexpr, q_s0, q_s1, q_s2, q_s3, q_sp, raw_ring, kp_smem, sc_smem, p_s, ready, free, p_idx,
+              n_start, n_end, n_steps, n_rows, qk_scale, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
+              NS: gl.constexpr):
+    """Consumer warpgroup ``c``'s steps ``c, c + 2, ...``: the scores from the raw bytes, the
+    online softmax along the rows (as kernels/gluon_narrow.py's), its four scaled P^T tiles
+    (``p_s[4c : 4c + 4]``), the slot freed, the PV dots. Returns its four output accumulators
+    [128, BLOCK_H] (columns in ``_v_col`` order, times P_SCALE), running max and per-entry
+    denominators."""
+    T_L: gl.constexpr = _acc_layout(BLOCK_H)
+    ROW: gl.constexpr = gl.SliceLayout(1, T_L)
+    b_m = gl.full([BLOCK_H], -1.0e30, gl.float32, layout=gl.SliceLayout(0, T_L))
+    b_l2 = gl.zeros([BLOCK_N, BLOCK_H], gl.float32, layout=T_L)
+    acc0 = gl.zeros([128, BLOCK_H], gl.float32, layout=T_L)
+    acc1 = gl.zeros([128, BLOCK_H], gl.float32, layout=T_L)
+    acc2 = gl.zeros([128, BLOCK_H], gl.float32, layout=T_L)
+    acc3 = gl.zeros([128, BLOCK_H], gl.float32, layout=T_L)
+    s_zero = gl.zeros([BLOCK_N, BLOCK_H], gl.float32, layout=T_L)
+    for i in range(c, n_steps, 2):
+        # (q's and P^T's views through an index the compiler cannot fold, so that their wgmma
+        # descriptors are formed where used instead of hoisted out of the loop and spilled:
+        # kernels/gluon_pingpong.py's _q_fresh)
+        z = _opaque_zero(i, n_steps)
+        slot = i % NS
+        pt0 = p_s.index(4 * c + z)
+        pt1 = p_s.index(4 * c + 1 + z)
+        pt2 = p_s.index(4 * c + 2 + z)
+        pt3 = p_s.index(4 * c + 3 + z)
+        b_idx = _row_ids(p_idx, n_start + i * BLOCK_N, n_end, ROW, BLOCK_N)
+        mbarrier.wait(ready.index(slot), (i // NS) & 1)
+        fence_async_shared()  # the copies before the wgmma's reads of the rope tile
+        qv = _reinterpret(raw_ring.index(slot), gl.uint8, [BLOCK_N, RAW], _QK_VIEW)
+        # One dot chain per 64-column half of each latent tile, each tile's two scaled by its
+        # rows' scales once done; at most two A fragments of 16 registers live (with all four
+        # 128-column fragments of 32, ptxas serializes every wgmma for want of registers, its
+        # remark C7512; with two, the consumers spill at 224 registers)
+        c0 = _scale_col(sc_smem, slot, 0, ROW)
+        c1 = _scale_col(sc_smem, slot, 1, ROW)
+        c2 = _scale_col(sc_smem, slot, 2, ROW)
+        c3 = _scale_col(sc_smem, slot, 3, ROW)
+        sp = warpgroup_mma(kp_smem.index(slot), _q_fresh(q_sp, z).permute((1, 0)), s_zero, use_acc=False,
+                           is_async=True)
+        s = _latent_scores(qv, _q_fresh(q_s0, z), c0, 0, sp, s_zero, T_L)
+        s = _latent_scores(qv, _q_fresh(q_s1, z), c1, 1, s, s_zero, T_L)
+        s = _latent_scores(qv, _q_fresh(q_s2, z), c2, 2, s, s_zero, T_L)
+        s = _latent_scores(qv, _q_fresh(q_s3, z), c3, 3, s, s_zero, T_L)
+        p, b_m, b_l2, acc0, acc1, acc2, acc3 = gluon_narrow.narrow_probs(s, b_idx, n_rows, qk_scale, b_m, b_l2,
+                                                                         acc0, acc1, acc2, acc3)
+        p = p * P_SCALE
+        pt0.store((p * c0[:, None]).to(gl.float16))
+        pt1.store((p * c1[:, None]).to(gl.float16))
+        pt2.store((p * c2[:, None]).to(gl.float16))
+        pt3.store((p * c3[:, None]).to(gl.float16))
+        vv = _reinterpret(raw_ring.index(slot), gl.uint8, [RAW, BLOCK_N], _V_VIEW)
+        v0 = _operand(vv.slice(0, 128, dim=0), _V_LOAD, T_L)
+        v1 = _operand(vv.slice(128, 128, dim=0), _V_LOAD, T_L)
+        fence_async_shared()  # this thread's part of P^T, for the wgmma
+        _barrier()  # every thread of the warpgroup's part
+        # (at most two V fragments live, and a third loading)
+        acc0 = warpgroup_mma(v0, pt0, acc0, is_async=True)
+        acc1 = warpgroup_mma(v1, pt1, acc1, is_async=True)
+        v2 = _operand(vv.slice(256, 128, dim=0), _V_LOAD, T_L)
+        acc0, v0 = warpgroup_mma_wait(1, deps=[acc0, v0])
+        acc2 = warpgroup_mma(v2, pt2, acc2, is_async=True)
+        v3 = _operand(vv.slice(384, 128, dim=0), _V_LOAD, T_L)
+        # every thread of the warpgroup has its raw bytes in registers: the slot is free
+        _arrive_all(free.index(slot))
+        acc1, v1 = warpgroup_mma_wait(1, deps=[acc1, v1])
+        acc3 = warpgroup_mma(v3, pt3, acc3, is_async=True)
+        acc2, acc3, v2, v3 = warpgroup_mma_wait(0, deps=[acc2, acc3, v2, v3])
+    return acc0, acc1, acc2, acc3, b_m, b_l2
+
+
+@gluon.jit
+def _state_views(raw_ring, BLOCK_H: gl.constexpr, NS: gl.constexpr):
+    """Where the second consumer warpgroup leaves its state for the first, in the ring once
+    both loops are done: the four accumulators [512, BLOCK_H] fp32 (slot 0), the max and the
+    denominator [1, BLOCK_H] each (slot 1)."""
+    ROWS: gl.constexpr = 8192 // BLOCK_H  # (a slot's 32 KB of fp32 [ROWS, BLOCK_H])
+    ring = _reinterpret(raw_ring, gl.float32, [NS * ROWS, BLOCK_H], FLAT)
+    return ring.slice(0, 512), ring.slice(ROWS, 1), ring.slice(ROWS + 1, 1)
+
+
+@gluon.jit
+def regs_wg0(q_s0, q_s1, q_s2, q_s3, q_sp, raw_ring, kp_smem, sc_smem, p_s, ready, free, p_idx, n_start, n_end,
+             n_steps, n_rows, qk_scale, q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t, stride_qn_h, stride_qp_t,
+             stride_qp_h, sink_ptr, out_ptr, lse_ptr, i_s, stride_o_t, stride_o_h, stride_o_s, stride_lse_t,
+             stride_lse_h, HAS_SINK: gl.constexpr, PARTIAL: gl.constexpr, BLOCK_H: gl.constexpr,
+             BLOCK_N: gl.constexpr, NS: gl.constexpr):
+    """Consumer warpgroup 0: q's first two latent tiles and its rope into shared memory, its
+    steps (:func:`_wg_steps`), then the second warpgroup's state merged into its own and the
+    output written."""
+    _load_q_permuted(q_s0, q_s1, q_s2, q_s3, q_sp, q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
+                     stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, q_sp.shape[1], 0)
+    fence_async_shared()  # q's stores (generic proxy) before the wgmma's reads
+    _nb_sync(_NB_Q)
+    acc0, acc1, acc2, acc3, b_m, b_l2 = _wg_steps(0, q_s0, q_s1, q_s2, q_s3, q_sp, raw_ring, kp_smem, sc_smem,
+                                                  p_s, ready, free, p_idx, n_start, n_end, n_steps, n_rows,
+                                                  qk_scale, BLOCK_H, BLOCK_N, NS)
+    _nb_sync(_NB_DONE)  # (both loops done: the ring is idle)
+    _nb_sync(_NB_STATE)
+    T_L: gl.constexpr = _acc_layout(BLOCK_H)
+    acc_v, m_v, l_v = _state_views(raw_ring, BLOCK_H, NS)
+    m1 = gl.max(m_v.load(T_L), axis=0)
+    l1 = gl.max(l_v.load(T_L), axis=0)
+    m = gl.maximum(b_m, m1)
+    a0 = gl.exp2(b_m - m)
+    a1 = gl.exp2(m1 - m)
+    l_sum = gl.sum(b_l2, axis=0) * a0 + l1 * a1
+    f0 = a0[None, :]
+    f1 = a1[None, :]
+    acc0 = acc0 * f0 + acc_v.slice(0, 128).load(T_L) * f1
+    acc1 = acc1 * f0 + acc_v.slice(128, 128).load(T_L) * f1
+    acc2 = acc2 * f0 + acc_v.slice(256, 128).load(T_L) * f1
+    acc3 = acc3 * f0 + acc_v.slice(384, 128).load(T_L) * f1
+    regs_epilogue(acc0, acc1, acc2, acc3, m, l_sum, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0, n_heads,
+                  stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h, HAS_SINK, PARTIAL, BLOCK_H)
+
+
+@gluon.jit
+def regs_wg1(q_s0, q_s1, q_s2, q_s3, q_sp, raw_ring, kp_smem, sc_smem, p_s, ready, free, p_idx, n_start, n_end,
+             n_steps, n_rows, qk_scale, q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t, stride_qn_h, stride_qp_t,
+             stride_qp_h, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, NS: gl.constexpr):
+    """Consumer warpgroup 1: q's last two latent tiles into shared memory, its steps, then its
+    state into the ring for warpgroup 0."""
+    _load_q_permuted(q_s0, q_s1, q_s2, q_s3, q_sp, q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
+                     stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, q_sp.shape[1], 1)
+    fence_async_shared()
+    _nb_sync(_NB_Q)
+    acc0, acc1, acc2, acc3, b_m, b_l2 = _wg_steps(1, q_s0, q_s1, q_s2, q_s3, q_sp, raw_ring, kp_smem, sc_smem,
+                                                  p_s, ready, free, p_idx, n_start, n_end, n_steps, n_rows,
+                                                  qk_scale, BLOCK_H, BLOCK_N, NS)
+    _nb_sync(_NB_DONE)
+    acc_v, m_v, l_v = _state_views(raw_ring, BLOCK_H, NS)
+    m_v.store(b_m[None, :])
+    l_v.store(gl.sum(b_l2, axis=0)[None, :])
+    acc_v.slice(0, 128).store(acc0)
+    acc_v.slice(128, 128).store(acc1)
+    acc_v.slice(256, 128).store(acc2)
+    acc_v.slice(384, 128).store(acc3)
+    _nb_arrive(_NB_STATE)
+
+
+@gluon.jit
+def _prefetch_ids(p_idx, n0, n_end, COUNT: gl.constexpr, PW: gl.constexpr):
+    """Bring entries ``idx[n0:n0 + COUNT]`` (those before ``n_end``) into L1 ahead of their
+    loads, holding no register (as kernels/gluon_pingpong.py's)."""
+    o_n = n0 + gl.arange(0, COUNT, layout=gl.BlockedLayout([1], [32], [PW], [0]))
+    o_n = gl.minimum(o_n, gl.maximum(n_end - 1, 0))
+    gl.inline_asm_elementwise("prefetch.global.L1 [$1];\n\tmov.u32 $0, 0;", "=r,l", [p_idx + o_n],
+                              dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def regs_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, raw_ring, kp_smem, sc_smem, ready,
+                  free, BLOCK_N: gl.constexpr, NS: gl.constexpr, PW: gl.constexpr):
+    """The ``PW`` producer warps: per step, once its slot is free, the copies of the tile's
+    rows in passes of ``4 * PW`` rows (raw bytes, scales, rope; invalid ids zero-filled),
+    then an arrival on the slot's ``ready`` barrier that lands when this thread's copies
+    have. The next step's ids are prefetched into L1 first."""
+    ROWS: gl.constexpr = 4 * PW
+    RAWL: gl.constexpr = gl.BlockedLayout([1, 16], [1, 32], [PW, 1], [1, 0])  # a row per warp
+    ROPEL: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [PW, 1], [1, 0])  # four rows per warp
+    SCL: gl.constexpr = gl.BlockedLayout([1], [32], [PW], [0])
+    o_b = gl.arange(0, RAW, layout=gl.SliceLayout(0, RAWL))
+    o_p = gl.arange(0, 64, layout=gl.SliceLayout(0, ROPEL))
+    for i in range(n_steps):
+        slot = i % NS
+        n0 = n_start + i * BLOCK_N
+        _prefetch_ids(p_idx, n0 + BLOCK_N, n_end, BLOCK_N, PW)
+        mbarrier.wait(free.index(slot), ((i // NS) & 1) ^ 1)
+        raw = _reinterpret(raw_ring.index(slot), gl.uint8, [BLOCK_N, RAW], _COPY_VIEW)
+        for j in gl.static_range(BLOCK_N // ROWS):
+            ids = _row_ids(p_idx, n0 + j * ROWS, n_end, gl.SliceLayout(1, RAWL), ROWS)
+            p_row = kv_ptr + ids.to(gl.int64) * stride_kv
+            _async_load(raw.slice(j * ROWS, ROWS), p_row[:, None] + o_b[None, :],
+                        mask=((ids >= 0) & (ids < n_rows))[:, None])
+            ids_p = _row_ids(p_idx, n0 + j * ROWS, n_end, gl.SliceLayout(1, ROPEL), ROWS)
+            p_pe = (kv_ptr + ids_p.to(gl.int64) * stride_kv + RAW + 16).to(gl.pointer_type(gl.bfloat16))
+            _async_load(kp_smem.index(slot).slice(j * ROWS, ROWS), p_pe[:, None] + o_p[None, :],
+                        mask=((ids_p >= 0) & (ids_p < n_rows))[:, None])
+        ids_s = _row_ids(p_idx, n0, n_end, SCL, BLOCK_N)
+        p_sc = (kv_ptr + ids_s.to(gl.int64) * stride_kv + RAW).to(gl.pointer_type(gl.float32))
+        m_s = (ids_s >= 0) & (ids_s < n_rows)
+        for t in gl.static_range(4):  # (each row's scale of tile t, 4 bytes a copy)
+            _async_load(sc_smem.index(4 * slot + t), p_sc + t, mask=m_s)
+        async_copy.mbarrier_arrive(ready.index(slot), increment_count=False)
+
+
+@gluon.jit
+def regs_epilogue(acc0, acc1, acc2, acc3, b_m, b_l, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0, n_heads,
+                  stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h, HAS_SINK: gl.constexpr,
+                  PARTIAL: gl.constexpr, BLOCK_H: gl.constexpr):
+    """gluon_narrow.narrow_epilogue for accumulators in the PV view's column order and times
+    P_SCALE, from the final max and denominator ``b_m``, ``b_l`` [BLOCK_H]."""
+    T_L: gl.constexpr = _acc_layout(BLOCK_H)
+    b_inv_l = _lse_and_scale(b_m, b_l, sink_ptr, lse_ptr, i_t, i_s, h0, n_heads,
+                             stride_lse_t, stride_lse_h, HAS_SINK, PARTIAL, True, BLOCK_H)
+    inv_l = (b_inv_l * P_UNSCALE)[None, :]
+    o_h = h0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(0, T_L))
+    o_c = _v_col(gl.arange(0, 128, layout=gl.SliceLayout(1, T_L)))
+    p_o = out_ptr + i_t * stride_o_t + i_s * stride_o_s + o_h[None, :] * stride_o_h + o_c[:, None]
+    m_o = (o_h < n_heads)[None, :]
+    gl.store(p_o, (acc0 * inv_l).to(out_ptr.dtype.element_ty), mask=m_o)
+    gl.store(p_o + 128, (acc1 * inv_l).to(out_ptr.dtype.element_ty), mask=m_o)
+    gl.store(p_o + 256, (acc2 * inv_l).to(out_ptr.dtype.element_ty), mask=m_o)
+    gl.store(p_o + 384, (acc3 * inv_l).to(out_ptr.dtype.element_ty), mask=m_o)
+
+
+# Ring slots: 4 x 41 KB beside q (18 KB at 16 heads) and four P^T tiles (8 KB).
+NS = gl.constexpr(4)
+# Registers of each consumer warpgroup; the producer (the default partition, PW = 4 warps)
+# gets the rest: 65536 / 128 - 2 x CONSUMER_REGS.
+CONSUMER_REGS = gl.constexpr(224)
+
+
+@gluon.jit(do_not_specialize=_NOT_SPECIALIZED)
+def sparse_mla_gluon_fp8_regs_kernel(
+    q_nope_ptr, q_pe_ptr, kv_ptr, idx_ptr, len_ptr, sink_ptr, out_ptr, lse_ptr,
+    qk_scale, n_rows, n_heads, topk, split_size,
+    stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h, stride_kv, stride_idx_t,
+    stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
+    HAS_LEN: gl.constexpr, HAS_SINK: gl.constexpr, PARTIAL: gl.constexpr,
+    BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
+    NS: gl.constexpr, PW: gl.constexpr,
+):
+    """One program per (token, head tile, split), as kernels/attention.py's, over fp8_ds_mla
+    rows (this module's docstring); ``qk_scale`` divided by Q_F16_SCALE (the launcher)."""
+    i_t, h0 = _tile_origin(n_heads, BLOCK_H)
+    q_s0, q_s1, q_s2, q_s3, q_sp = gluon_narrow.narrow_q_tiles(gl.float16, gl.bfloat16, BLOCK_H, LAT, D_PE)
+    raw_ring = gl.allocate_shared_memory(gl.uint8, [NS, BLOCK_N, RAW], FLAT)
+    kp_smem = gl.allocate_shared_memory(gl.bfloat16, [NS, BLOCK_N, D_PE], SMEM)
+    sc_smem = gl.allocate_shared_memory(gl.float32, [4 * NS, BLOCK_N], FLAT1)
+    p_s = gl.allocate_shared_memory(
+        gl.float16, [8, BLOCK_N, BLOCK_H],
+        gl.NVMMASharedLayout(swizzle_byte_width=2 * BLOCK_H if BLOCK_H >= 16 else 0, element_bitwidth=16, rank=2))
+    ready = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
+    free = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
+    for j in gl.static_range(NS):
+        mbarrier.init(ready.index(j), count=32 * PW)  # one copy-completion per producer thread
+        mbarrier.init(free.index(j), count=1)  # one arrival, once the consumers are all there
+    fence_async_shared()
+    _barrier()
+
+    i_s = gl.program_id(1)
+    n_start, n_end, n_steps = _split_range(len_ptr, i_t, i_s, split_size, topk, HAS_LEN, BLOCK_N)
+    p_idx = idx_ptr + i_t * stride_idx_t
+    gl.warp_specialize(
+        [(regs_producer, (kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, raw_ring, kp_smem, sc_smem,
+                          ready, free, BLOCK_N, NS, PW)),
+         (regs_wg0, (q_s0, q_s1, q_s2, q_s3, q_sp, raw_ring, kp_smem, sc_smem, p_s, ready, free, p_idx, n_start,
+                     n_end, n_steps, n_rows, qk_scale, q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
+                     stride_qn_h, stride_qp_t, stride_qp_h, sink_ptr, out_ptr, lse_ptr, i_s, stride_o_t, stride_o_h,
+                     stride_o_s, stride_lse_t, stride_lse_h, HAS_SINK, PARTIAL, BLOCK_H, BLOCK_N, NS)),
+         (regs_wg1, (q_s0, q_s1, q_s2, q_s3, q_sp, raw_ring, kp_smem, sc_smem, p_s, ready, free, p_idx, n_start,
+                     n_end, n_steps, n_rows, qk_scale, q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
+                     stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, BLOCK_N, NS))],
+        [4, 4], [CONSUMER_REGS, CONSUMER_REGS])

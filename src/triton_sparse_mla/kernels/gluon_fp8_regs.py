@@ -34,8 +34,15 @@ conflicts. All three are linear maps of the byte offset (``gl.SharedLinearLayout
 Two consumer warpgroups take alternate steps, each with its own accumulators, running max and
 denominators (few heads need few registers), and merge them at the end: the conversions
 lengthen each step's chain, and one warpgroup alone, with one warp per scheduler, ran it at
-0.93-0.95x of kernels/gluon_fp8_producer.py's at 8 heads (H200, 2026-12-06, this session's
-first run of the kernel; at 16 heads it spilled). q's latent tiles are loaded half by each.
+0.93-0.99x of kernels/gluon_fp8_producer.py's at 8 heads (H200, 2026-12-06, run 331; at 16
+heads it spilled). q's latent tiles are loaded half by each.
+
+Measured (H100, 2026-12-07, run 332; BENCHMARKS.md "Raw e4m3 rows into register operands"):
+1.17-1.18x over the shipped few-head tile in prefill T=4096 over a 32K-row cache (8 and 16
+heads), 0.96-0.99x over 1M rows (1.04x at 8 heads with random lengths). Over 32K rows the
+public call takes the bf16 workspace (workspace.py), which was as fast (run 334): so in no
+table. Its step is latency-bound (about 0.16 instructions per cycle per warp): each latent
+tile's dots are waited for before the next tile's bytes are converted.
 
 Shared memory per 64-row step at 16 heads: 41 KB copied in, 32 KB read by each view, the
 rope tile, q and P^T read by the dots: about 150 KB. The raw slot is free once its bytes are

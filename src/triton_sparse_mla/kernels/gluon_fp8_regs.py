@@ -4,8 +4,8 @@ bytes and convert them into the wgmma's register operand (``TileConfig.fp8_regs`
 In kernels/gluon_fp8_producer.py the producer dequantizes each tile into a 16-bit operand
 slot that both dots read from shared memory. At 16 heads a 64-row step then moves about
 310 KB through shared memory (the raw bytes written and read, the 16-bit tile written, read
-by the score dots and again, transposed, by the PV dots): the busiest unit of that kernel,
-whose step (about 1.50 us, 32K-row prefill) its one consumer warpgroup cannot shorten.
+by the score dots and again, transposed, by the PV dots), the busiest unit in that kernel's
+profiles (docs/performance-plan.md).
 
 Here the producer only copies: each row's 512 e4m3 bytes, its 4 scales and its bf16 rope,
 into a ring of ``NS`` slots of 41 KB (four fit where two 16-bit slots did). The consumers
@@ -16,8 +16,9 @@ to fp16 (exact: every e4m3 value is an fp16 value) and issue the dots from regis
   chain per 128-column latent tile ``t`` on the raw values, each scaled by its rows' scale
   ``s_t`` in fp32 afterwards (the scale is per row, the dot's M);
 * output ``O_t^T [128 columns, H] += V_t^T . (P * s_t)^T``: the scale of row ``r`` (the
-  dot's K) multiplies the probabilities, four P^T tiles a step (each times 2^8, divided out
-  at the end: P * s stays inside fp16's normal range for any scale from 2^-22 to 2^8).
+  dot's K) multiplies the probabilities, four P^T tiles a step, each times 2^8 (divided out
+  at the end). P * s * 2^8 stays finite in fp16 for any scale below 2^8 (a latent tile's
+  largest value below 2^8 x 448); a tiny scale costs only fp16's absolute subnormal step.
 
 A wgmma's A fragment gives each thread pairs of K-adjacent values, in columns 8 apart and
 rows 8 apart; read as it stands that is a shared-memory access of 2 bytes. But the order
@@ -65,7 +66,7 @@ from .gluon_sm90 import (FLAT, FLAT1, Q_F16_SCALE, SMEM, _NOT_SPECIALIZED, _arri
 # The latent row: 512 e4m3 bytes in four tiles of 128 columns, then 4 fp32 scales and the bf16
 # rope (formats.FP8_ROPE_BYTE).
 RAW = gl.constexpr(512)
-# The probabilities times 2^P_SHIFT before their rounding to fp16, divided out at the end.
+# The probabilities times P_SCALE (2^8) before their rounding to fp16, divided out at the end.
 P_SCALE = gl.constexpr(256.0)
 P_UNSCALE = gl.constexpr(1.0 / 256.0)
 

@@ -349,6 +349,8 @@ def test_gluon_runs_where_it_applies(device, monkeypatch):
         configs.TileConfig(64, 64, 8, 2, gluon=True, pingpong=True, wide_producer=True)
     with pytest.raises(ValueError, match="fp8_regs: the kernel has tiles of 8 or 16 heads, got 32"):
         configs.TileConfig(32, 64, 4, 2, gluon=True, fp8_regs=True)
+    with pytest.raises(ValueError, match="fp8_regs: the kernel's producer has 4 warps"):
+        configs.TileConfig(16, 64, 4, 2, gluon=True, fp8_regs=True, wide_producer=True)
 
 
 def test_a_call_asks_once_whether_gluon_applies(device, monkeypatch):

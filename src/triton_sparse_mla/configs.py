@@ -145,6 +145,8 @@ class TileConfig:
                              "unset wide_producer")
         if self.fp8_regs and self.block_h not in (8, 16):
             raise ValueError(f"fp8_regs: the kernel has tiles of 8 or 16 heads, got {self.block_h}")
+        if self.fp8_regs and self.wide_producer:
+            raise ValueError("fp8_regs: the kernel's producer has 4 warps; unset wide_producer")
         if self.fallback is not None and (self.fallback.gluon or not self.gluon):
             raise ValueError("fallback: a Triton tile (gluon off) for a tile with gluon")
 

@@ -59,7 +59,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma_wait)
 
 from . import gluon_narrow
-from .gluon_pingpong import _opaque_zero, _q_fresh
+from .gluon_pingpong import _nb_arrive, _nb_sync, _opaque_zero, _q_fresh
 from .gluon_sm90 import (FLAT, FLAT1, Q_F16_SCALE, SMEM, _NOT_SPECIALIZED, _arrive_all, _async_load, _barrier,
                          _lse_and_scale, _reinterpret, _row_ids, _split_range, _tile_origin)
 
@@ -176,21 +176,6 @@ def _load_q_rope(q_sp, q_pe_ptr, i_t, h0, n_heads, stride_qp_t, stride_qp_h, BLO
 def _scale_col(sc_smem, slot, t: gl.constexpr, LAYOUT: gl.constexpr):
     """Column ``t`` of slot ``slot``'s row scales, [64] fp32 in ``LAYOUT``."""
     return sc_smem.index(4 * slot + t).load(LAYOUT)
-
-
-@gluon.jit
-def _nb_sync(bar_id: gl.constexpr):
-    """Wait at hardware barrier ``bar_id`` until both consumer warpgroups (256 threads) are
-    there; shared-memory writes before it are then visible to the other warpgroup."""
-    gl.inline_asm_elementwise("bar.sync $1, 256;\n\tmov.u32 $0, 0;", "=r,r", [gl.program_id(0) * 0 + bar_id],
-                              dtype=gl.int32, is_pure=False, pack=1)
-
-
-@gluon.jit
-def _nb_arrive(bar_id: gl.constexpr):
-    """Arrive at hardware barrier ``bar_id`` of the two consumer warpgroups without waiting."""
-    gl.inline_asm_elementwise("bar.arrive $1, 256;\n\tmov.u32 $0, 0;", "=r,r",
-                              [gl.program_id(0) * 0 + bar_id], dtype=gl.int32, is_pure=False, pack=1)
 
 
 # The consumer warpgroups' hardware barriers (0-3 are the compiler's): q stored, both loops

@@ -59,7 +59,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma_wait)
 
 from . import gluon_narrow
-from .gluon_pingpong import _nb_arrive, _nb_sync, _opaque_zero, _q_fresh
+from .gluon_pingpong import _nb_arrive, _nb_sync, _opaque_zero, _prefetch_ids, _q_fresh
 from .gluon_sm90 import (FLAT, FLAT1, Q_F16_SCALE, SMEM, _NOT_SPECIALIZED, _arrive_all, _async_load, _barrier,
                          _lse_and_scale, _reinterpret, _row_ids, _split_range, _tile_origin)
 
@@ -337,16 +337,6 @@ def regs_wg1(q_s0, q_s1, q_s2, q_s3, q_sp, raw_ring, kp_smem, sc_smem, p_s, read
     acc_v.slice(256, 128).store(acc2)
     acc_v.slice(384, 128).store(acc3)
     _nb_arrive(_NB_STATE)
-
-
-@gluon.jit
-def _prefetch_ids(p_idx, n0, n_end, COUNT: gl.constexpr, PW: gl.constexpr):
-    """Bring entries ``idx[n0:n0 + COUNT]`` (those before ``n_end``) into L1 ahead of their
-    loads, holding no register (as kernels/gluon_pingpong.py's)."""
-    o_n = n0 + gl.arange(0, COUNT, layout=gl.BlockedLayout([1], [32], [PW], [0]))
-    o_n = gl.minimum(o_n, gl.maximum(n_end - 1, 0))
-    gl.inline_asm_elementwise("prefetch.global.L1 [$1];\n\tmov.u32 $0, 0;", "=r,l", [p_idx + o_n],
-                              dtype=gl.int32, is_pure=False, pack=1)
 
 
 @gluon.jit

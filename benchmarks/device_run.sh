@@ -126,12 +126,13 @@ for s in $steps; do
          ncu --import "$OUT/prof.ncu-rep" --page details --csv > "$OUT/ncu-details.csv" 2>&1; grep -c . "$OUT/ncu-details.csv"
          ncu --import "$OUT/prof.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip > "$OUT/ncu-source.csv.gz" ;;
     envab) # kernel variants selected by environment variables, one process per setting, in turn
-      # (benchmarks/env_ab.py): ENV_AB_SETS="TSM_FLAG=0;TSM_FLAG=1", ENV_AB_WORKLOADS, ENV_AB_ROUNDS
+      # (benchmarks/env_ab.py): ENV_AB_SETS="TSM_FLAG=0;TSM_FLAG=1", ENV_AB_WORKLOADS, ENV_AB_ROUNDS,
+      # ENV_AB_FIELD (a TileConfig field set on every tile)
       IFS=';' read -ra sets <<< "${ENV_AB_SETS:?set ENV_AB_SETS, e.g. TSM_FLAG=0;TSM_FLAG=1}"
       args=(); for v in "${sets[@]}"; do args+=(--set "$v"); done
       timeout 550 python3 benchmarks/env_ab.py "$OUT/env-ab.jsonl" \
         ${ENV_AB_WORKLOADS:-4096,16,bf16,N=32768 4096,8,bf16,N=32768 128,16,fp8_ds_mla} \
-        "${args[@]}" ${ENV_AB_ROUNDS:+--rounds $ENV_AB_ROUNDS} 2>&1 | tee "$OUT/env-ab.log" | grep ENVAB ;;
+        "${args[@]}" ${ENV_AB_ROUNDS:+--rounds $ENV_AB_ROUNDS} ${ENV_AB_FIELD:+--field $ENV_AB_FIELD} 2>&1 | tee "$OUT/env-ab.log" | grep ENVAB ;;
     narrow) # the few-head Gluon fp8 tile's GPU tests under their own timeout (a wrong mbarrier phase
       # would hang them), then its timings beside the shipped tiles and FlashMLA
       # (the row format in $TOGGLE_FMT if set, e.g. TOGGLE_FMT=bf16)

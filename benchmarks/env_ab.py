@@ -12,14 +12,17 @@ route the API takes there. A setting may also change ``PYTHONPATH`` (another Tri
 unpacked into a folder there: ``"PYTHONPATH=/that/folder:$PWD/src"``).
 
 Usage: ``python benchmarks/env_ab.py OUT.jsonl --set "TSM_FLAG=0" --set "TSM_FLAG=1"
-[--rounds 2] WORKLOAD ...`` where a setting is one or more ``NAME=VALUE`` separated by spaces
+[--rounds 2] [--field FIELD] WORKLOAD ...`` where a setting is one or more ``NAME=VALUE`` separated by spaces
 and a workload is ``T,H,FORMAT[,N=ROWS][,len=rand]`` (``bench.Workload.from_spec``).
 ``device_run.sh envab`` runs it with ``$ENV_AB_SETS`` (settings separated by ``;``) and
-``$ENV_AB_WORKLOADS``. The records in OUT.jsonl carry the setting; times vary 10-40% between
+``$ENV_AB_WORKLOADS`` (and ``$ENV_AB_FIELD``). ``--field`` sets a boolean ``TileConfig``
+field on each workload's shipped tile in every setting (e.g. an experimental kernel that
+no table selects). The records in OUT.jsonl carry the setting; times vary 10-40% between
 runs on shared machines, so compare settings within one run only.
 """
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -37,8 +40,20 @@ def parse_setting(text):
     return dict(pairs)
 
 
-def child(path, setting, specs):
-    """Time each workload's shipped plan in this process (its environment is the setting)."""
+def check_field(field):
+    """Refuse a ``--field`` that is not a boolean ``TileConfig`` field (before any process)."""
+    if field is None:
+        return
+    from triton_sparse_mla import configs
+
+    kinds = {f.name: f.type for f in dataclasses.fields(configs.TileConfig)}
+    if kinds.get(field) not in (bool, "bool"):
+        raise SystemExit(f"--field: expected a boolean TileConfig field, got {field!r}")
+
+
+def child(path, setting, specs, field=None):
+    """Time each workload's shipped plan in this process (its environment is the setting),
+    with the boolean ``TileConfig`` field ``field`` set on its tile where given."""
     import torch
     import triton
 
@@ -55,6 +70,8 @@ def child(path, setting, specs):
             w = Workload.from_spec(spec)
             fp8 = w.fmt == "fp8_ds_mla"
             tile = configs.plan_launch("sm90", sms, 1, t_count=w.t, h_count=w.h, topk=w.k, fp8=fp8).tile
+            if field:
+                tile = dataclasses.replace(tile, **{field: True})
             inputs = make_inputs(w, caches)
             out = torch.empty(w.t, w.h, 512, device="cuda", dtype=torch.bfloat16)
             pin = configs.pin_fp8_conversion("sm90", tile.block_h)
@@ -74,10 +91,11 @@ def main(argv=None):
     ap.add_argument("workloads", nargs="+")
     ap.add_argument("--set", dest="settings", action="append", default=[])
     ap.add_argument("--rounds", type=int, default=ROUNDS)
+    ap.add_argument("--field", help="a boolean TileConfig field set on every workload's shipped tile")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child is not None:
-        return child(args.out, args.child, args.workloads)
+        return child(args.out, args.child, args.workloads, args.field)
     if len(args.settings) < 2:
         raise SystemExit("give at least two --set settings to compare")
     from triton_sparse_mla.bench import Workload
@@ -86,11 +104,13 @@ def main(argv=None):
         Workload.from_spec(spec)
     for text in args.settings:
         parse_setting(text)
+    check_field(args.field)
     for _ in range(args.rounds):
         for text in args.settings:
             env = dict(os.environ, **parse_setting(text))
             subprocess.run([sys.executable, os.path.abspath(__file__), args.out, *args.workloads,
-                            "--child", text], env=env, check=False)
+                            "--child", text, *(["--field", args.field] if args.field else [])],
+                           env=env, check=False)
     summarize(args.out, args.settings)
 
 

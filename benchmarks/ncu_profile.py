@@ -8,7 +8,9 @@ field; default: the decode workloads whose targets are missed at 8-16 heads, wit
 them for contrast); ``FIELD`` turns that boolean
 ``TileConfig`` field on in the shipped tile (e.g. ``128,16,fp8_ds_mla,fp8_vec8``), ``-FIELD``
 off; ``N=ROWS`` sets the cache's rows (default 1M; e.g. ``4096,16,bf16,N=32768``, the prefill
-bench's L2-resident cache). ``benchmarks/device_run.sh ncu`` does that, with
+bench's L2-resident cache); ``ws=0`` keeps an fp8_ds_mla call off the bf16 workspace
+(``fp8_workspace=False``: the in-kernel conversion, e.g. ``4096,16,fp8_ds_mla,fp8_regs,N=32768,ws=0``).
+``benchmarks/device_run.sh ncu`` does that, with
 ``PROFILE_WORKLOADS`` for other workloads.
 """
 
@@ -50,13 +52,15 @@ def main(specs):
     for spec in specs:
         # (a part that is not the workload's own names a TileConfig field)
         parts = spec.split(",")
+        ws = None if "ws=0" not in parts else False
+        parts = [r for r in parts if r != "ws=0"]
         field = [r for r in parts[3:] if not (r.startswith("N=") or r == "len=rand")]
         w = Workload.from_spec(",".join(r for r in parts if r not in field))
         q, kv, idx, lengths = make_inputs(w, caches)
 
-        def call(q=q, kv=kv, idx=idx, n=lengths, field=field[0] if field else None):
+        def call(q=q, kv=kv, idx=idx, n=lengths, field=field[0] if field else None, ws=ws):
             with field_on(field):
-                sparse_mla_attention(q, kv, idx, 576 ** -0.5, topk_length=n)
+                sparse_mla_attention(q, kv, idx, 576 ** -0.5, topk_length=n, fp8_workspace=ws)
 
         calls.append((w.name + (f" {field[0]}" if field else ""), call))
     for _, fn in calls:

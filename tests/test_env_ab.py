@@ -31,3 +31,11 @@ def test_summary_against_the_first_setting(tmp_path):
     assert rows[("w1", "A=0")][4] == 1.0
     # a workload the first setting never ran has no ratio
     assert ("w2", "A=0") not in rows and rows[("w2", "A=1")][4] != rows[("w2", "A=1")][4]
+
+
+def test_field_must_be_a_boolean_tile_field():
+    env_ab.check_field(None)
+    env_ab.check_field("fp8_regs")
+    for bad in ("no_such_field", "block_h"):
+        with pytest.raises(SystemExit, match="--field: expected a boolean TileConfig field"):
+            env_ab.check_field(bad)

@@ -61,7 +61,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 from . import gluon_narrow
 from .gluon_pingpong import _nb_arrive, _nb_sync, _opaque_zero, _prefetch_ids, _q_fresh
 from .gluon_sm90 import (FLAT, FLAT1, Q_F16_SCALE, SMEM, _NOT_SPECIALIZED, _arrive_all, _async_load, _barrier,
-                         _lse_and_scale, _reinterpret, _row_ids, _split_range, _tile_origin)
+                         _lse_and_scale, _reinterpret, _row_ids, _split_range, _tile_origin, q_to_f16)
 
 # The latent row: 512 e4m3 bytes in four tiles of 128 columns, then 4 fp32 scales and the bf16
 # rope (formats.FP8_ROPE_BYTE).
@@ -137,17 +137,14 @@ def _load_q_permuted(q_s0, q_s1, q_s2, q_s3, q_sp, q_nope_ptr, q_pe_ptr, i_t, h0
                      c: gl.constexpr):
     """Consumer warpgroup ``c``'s half of q into shared memory: latent tiles ``2c`` and ``2c +
     1`` in fp16 with their columns in the score view's order (``_qk_col``), and for ``c == 0``
-    the rope in bf16, all times Q_F16_SCALE (gluon_sm90._q_part)."""
+    the rope in bf16, all times Q_F16_SCALE (gluon_sm90.q_to_f16)."""
     G: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])
     o_h = h0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, G))
     m_h = (o_h < n_heads)[:, None]
     o_k = _qk_col(gl.arange(0, 128, layout=gl.SliceLayout(0, G)))
     p_q = (q_nope_ptr + i_t * stride_qn_t + o_h * stride_qn_h)[:, None] + o_k[None, :]
     for t in gl.static_range(2 * c, 2 * c + 2):
-        b_q = gl.load(p_q + 128 * t, mask=m_h, other=0.0).to(gl.float32) * Q_F16_SCALE
-        # (the scale before the rounding: gluon_sm90._q_part)
-        b_q = gl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [b_q], dtype=gl.float32, is_pure=False,
-                                        pack=1).to(gl.float16)
+        b_q = q_to_f16(gl.load(p_q + 128 * t, mask=m_h, other=0.0))
         if t == 0:
             q_s0.store(b_q)
         elif t == 1:

@@ -151,13 +151,18 @@ def _q_part(p_q, m_h, LAYOUT: gl.constexpr, WIDTH: gl.constexpr, TO_F16: gl.cons
     o_c = gl.arange(0, WIDTH, layout=gl.SliceLayout(0, LAYOUT))
     b_q = gl.load(p_q[:, None] + o_c[None, :], mask=m_h[:, None], other=0.0)
     if TO_F16:
-        # The fence keeps the scale before the rounding: without it the compiler rounds to
-        # fp16 first (cvt.rn.f16x2.f32, then mul.f16x2) and a q past fp16's range becomes inf,
-        # as in the Triton tiles (kernels/attention._to_operand).
-        b_q = gl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r",
-                                        [b_q.to(gl.float32) * Q_F16_SCALE], dtype=gl.float32,
-                                        is_pure=False, pack=1).to(gl.float16)
+        b_q = q_to_f16(b_q)
     return b_q
+
+
+@gluon.jit
+def q_to_f16(b_q):
+    """q's values ``b_q`` scaled by Q_F16_SCALE (exact) and rounded to fp16."""
+    # The fence keeps the scale before the rounding: without it the compiler rounds to fp16
+    # first (cvt.rn.f16x2.f32, then mul.f16x2) and a q past fp16's range becomes inf, as in
+    # the Triton tiles (kernels/attention._to_operand).
+    return gl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [b_q.to(gl.float32) * Q_F16_SCALE],
+                                     dtype=gl.float32, is_pure=False, pack=1).to(gl.float16)
 
 
 @gluon.jit

@@ -108,8 +108,9 @@ def test_little_reuse_keeps_the_in_kernel_conversion(device):
 
 def test_reuse_threshold_follows_the_in_kernel_path(device, monkeypatch):
     # 8 x 64 entries over 40 rows: 12.8 per row. Enough against the Triton tiles' conversion;
-    # not against sm90's few-head Gluon tile, which the workspace beats only from 256; enough
-    # again with 128 heads, where it beats the Gluon tile at any measured reuse.
+    # not against sm90's few-head Gluon tiles, which the workspace beats only from 256 (never up
+    # to 8 heads); enough again with 128 heads, where it beats the Gluon tile at any measured
+    # reuse.
     prob = make_problem(t=8, h=8, k=64, n=40, fmt="fp8_ds_mla", device=device, invalid_frac=0)
 
     def taken(h, gluon):
@@ -117,8 +118,11 @@ def test_reuse_threshold_follows_the_in_kernel_path(device, monkeypatch):
                                reuse=workspace.min_reuse(h, gluon),
                                counted_reuse=workspace.min_reuse(h, gluon, counted=True)) is not None
 
-    for h, gluon, want in ((8, False, True), (8, True, False), (32, True, False), (128, True, True)):
+    for h, gluon, want in ((8, False, True), (8, True, False), (16, True, False), (32, True, False),
+                           (128, True, True)):
         assert taken(h, gluon) == want, (h, gluon)
+    assert workspace.min_reuse(8, True) is None and workspace.min_reuse(8, True, counted=True) is None
+    assert workspace.min_reuse(16, True) == 256
     assert workspace.min_reuse(64, False) == workspace.MIN_REUSE
     assert workspace.min_reuse(64, False, counted=True) == workspace.MIN_REUSE
     assert workspace.min_reuse(16, True, counted=True) is None

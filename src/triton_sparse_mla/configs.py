@@ -249,6 +249,16 @@ _N16 = C(16, 64, 4, 2, fp8_f16=True, gluon=True, fallback=C(16, 32, 4, 3, fp8_f1
 # same inputs 1.04x at T=32, 1.044x at T=128 (66.8 against 69.7 us), 1.054x at T=512, 1.05x
 # with random lengths and in prefill over 1M rows (H200, 2026-12-04, run 184).
 _N8 = dataclasses.replace(_N16, block_h=8)
+# Prefill (T > 512) up to 8 heads: the same tile with consumers that convert the raw e4m3 rows
+# into register operands (kernels/gluon_fp8_regs.py), kept in the kernel at every reuse
+# (workspace.MIN_REUSE_GLUON). Same runs, on an H100 (2026-12-07, runs 332, 335-336; BENCHMARKS.md
+# "Raw e4m3 rows into register operands"): over 32K rows 1.18x over _N8 in the kernel (T=4096),
+# and 1.13x, 1.10x, 1.18x over the bf16 workspace at T=4096, 16384, 1024 (1479 against 1667 us at
+# T=4096; 1.90x of FlashMLA there, 1.68-1.69x through the workspace in runs 315 and 317); over
+# 1M rows as _N8 (1.63-1.64x of FlashMLA against 1.62-1.65x). At 16 heads it ties with the
+# workspace over 32K rows (1635 against 1610 us) and runs 0.98x of _N16 over 1M: not used there.
+# Not yet timed on an H200.
+_N8_REGS = dataclasses.replace(_N8, fp8_regs=True)
 _N32 = C(32, 64, 4, 2, fp8_f16=True, gluon=True, fallback=C(32, 32, 4, 2, fp8_f16=True))
 # bf16/fp16 rows with 17-32 heads: the 64-head alternate-tile kernel, the heads past H masked
 # (q's zero-filled, their output and lse not stored: a Gluon tile keeps its 64 rows, the
@@ -276,7 +286,7 @@ _SM90 = {
     ("decode", "plain"): ((8, _P8), (16, _P16), (32, _G64_32), (_ANY, _G64)),
     ("decode", "fp8"): ((8, _N8), (16, _N16), (32, _N32), (_ANY, _G64_F16)),
     ("prefill", "plain"): ((8, _P8_PREFILL), (16, _P16_PREFILL), (32, _G64_32), (_ANY, _G64)),
-    ("prefill", "fp8"): ((8, _N8), (16, _N16), (32, _N32), (_ANY, _G64_F16)),
+    ("prefill", "fp8"): ((8, _N8_REGS), (16, _N16), (32, _N32), (_ANY, _G64_F16)),
 }
 # sm80 (163 KB), sm86 (99 KB) and sm100: not measured on their GPUs (none is available here).
 # They are the sm90 shapes, cut down where the compiled kernel overflows the family's shared

@@ -38,12 +38,20 @@ lengthen each step's chain, and one warpgroup alone, with one warp per scheduler
 0.93-0.99x of kernels/gluon_fp8_producer.py's at 8 heads (H200, 2026-12-06, run 331; at 16
 heads it spilled). q's latent tiles are loaded half by each.
 
-Measured (H100, 2026-12-07, run 332; BENCHMARKS.md "Raw e4m3 rows into register operands"):
-1.17-1.18x over the shipped few-head tile in prefill T=4096 over a 32K-row cache (8 and 16
-heads), 0.96-0.99x over 1M rows (1.04x at 8 heads with random lengths). Over 32K rows the
-public call takes the bf16 workspace (workspace.py), which was as fast (run 334): so in no
-table. Its step is latency-bound (about 0.16 instructions per cycle per warp): each latent
-tile's dots are waited for before the next tile's bytes are converted.
+Measured (H100, 2026-12-07, runs 332 and 335-336; BENCHMARKS.md "Raw e4m3 rows into
+register operands"): 1.17-1.18x over kernels/gluon_fp8_producer.py's tile in prefill T=4096
+over a 32K-row cache (8 and 16 heads), 0.96-0.99x over 1M rows (1.04x at 8 heads with random
+lengths). Each warpgroup's latent dots are pipelined (:func:`_scores_pipelined`): 1.016x at 16
+heads, 1.003x at 8. The sm90 prefill table runs it up to 8 heads (configs._N8_REGS), where it
+beats the bf16 workspace (workspace.py) at every reuse measured (1.10-1.18x); at 16 heads the
+two tie over 32K rows and the workspace is kept.
+What bounds it at 16 heads (Nsight Compute, run 335): the producer. Its four warps stall on
+the row ids' loads (23% of their samples, about an L2 latency per step despite the L1
+prefetch) and on the barriers between the scale copies, and the consumers wait on its ``ready`` barriers for 5-11%
+of theirs. A producer that loads each step's ids a step ahead, one id per thread per pass
+(each thread copying 128 bytes of a row) and the scales in one copy compiles without spills
+(its loop 167 instructions per warp against 388): benchmarks/results/
+2026-12-07-fp8-regs-producer-ids-ahead.patch, not yet run on a GPU.
 
 Shared memory per 64-row step at 16 heads: 41 KB copied in, 32 KB read by each view, the
 rope tile, q and P^T read by the dots: about 150 KB. The raw slot is free once its bytes are
@@ -181,16 +189,38 @@ _NB_Q, _NB_DONE, _NB_STATE = gl.constexpr(8), gl.constexpr(9), gl.constexpr(10)
 
 
 @gluon.jit
-def _latent_scores(qv, q_s, c, t: gl.constexpr, s_in, s_zero, T_L: gl.constexpr):
-    """``s_in`` plus latent tile ``t``'s scores times its rows' scales ``c``: the tile's two
-    64-column halves (raw bytes from the score view ``qv``, q's tile ``q_s``) on one chain,
-    waited for (and with it ``s_in``, where it is an earlier dot's)."""
-    a0 = _operand(qv.slice(128 * t, 64, dim=1), _QK_LOAD64, T_L)
-    st = warpgroup_mma(a0, q_s.slice(0, 64, dim=1).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-    a1 = _operand(qv.slice(128 * t + 64, 64, dim=1), _QK_LOAD64, T_L)
-    st = warpgroup_mma(a1, q_s.slice(64, 64, dim=1).permute((1, 0)), st, is_async=True)
-    s_in, st, a0, a1 = warpgroup_mma_wait(0, deps=[s_in, st, a0, a1])
-    return s_in + st * c[:, None]
+def _half_scores(qv, q_s, t: gl.constexpr, h: gl.constexpr, acc, T_L: gl.constexpr):
+    """The dot of half ``h`` (64 columns) of latent tile ``t``, issued and not waited for:
+    ``acc`` plus (``h == 1``) or in place of (``h == 0``) it. Returns the accumulator and the
+    A fragment, which stays live until the dot is waited for."""
+    a = _operand(qv.slice(128 * t + 64 * h, 64, dim=1), _QK_LOAD64, T_L)
+    acc = warpgroup_mma(a, q_s.slice(64 * h, 64, dim=1).permute((1, 0)), acc, use_acc=h == 1, is_async=True)
+    return acc, a
+
+
+@gluon.jit
+def _scores_pipelined(qv, q_s0, q_s1, q_s2, q_s3, c0, c1, c2, c3, sp, s_zero, T_L: gl.constexpr):
+    """The scores ``sp`` (the rope dot's, issued) plus each latent tile's times its rows'
+    scales, with one half-tile's dot always in flight while the previous tile's are waited
+    for: tile ``t + 1``'s first half is converted and issued before tile ``t`` is waited for
+    (``warpgroup_mma_wait(1)``), and its second half while that first one runs. At most three
+    A fragments of 16 registers live."""
+    st0, a0 = _half_scores(qv, q_s0, 0, 0, s_zero, T_L)
+    st0, a1 = _half_scores(qv, q_s0, 0, 1, st0, T_L)
+    st1, b0 = _half_scores(qv, q_s1, 1, 0, s_zero, T_L)
+    sp, st0, a0, a1 = warpgroup_mma_wait(1, deps=[sp, st0, a0, a1])
+    s = sp + st0 * c0[:, None]
+    st1, b1 = _half_scores(qv, q_s1, 1, 1, st1, T_L)
+    st2, a0 = _half_scores(qv, q_s2, 2, 0, s_zero, T_L)
+    st1, b0, b1 = warpgroup_mma_wait(1, deps=[st1, b0, b1])
+    s = s + st1 * c1[:, None]
+    st2, a1 = _half_scores(qv, q_s2, 2, 1, st2, T_L)
+    st3, b0 = _half_scores(qv, q_s3, 3, 0, s_zero, T_L)
+    st2, a0, a1 = warpgroup_mma_wait(1, deps=[st2, a0, a1])
+    s = s + st2 * c2[:, None]
+    st3, b1 = _half_scores(qv, q_s3, 3, 1, st3, T_L)
+    st3, b0, b1 = warpgroup_mma_wait(0, deps=[st3, b0, b1])
+    return s + st3 * c3[:, None]
 
 
 @gluon.jit
@@ -225,20 +255,18 @@ def _wg_steps(c: gl.constexpr, q_s0, q_s1, q_s2, q_s3, q_sp, raw_ring, kp_smem, 
         mbarrier.wait(ready.index(slot), (i // NS) & 1)
         fence_async_shared()  # the copies before the wgmma's reads of the rope tile
         qv = _reinterpret(raw_ring.index(slot), gl.uint8, [BLOCK_N, RAW], _QK_VIEW)
-        # One dot chain per 64-column half of each latent tile, each tile's two scaled by its
-        # rows' scales once done; at most two A fragments of 16 registers live (with all four
-        # 128-column fragments of 32, ptxas serializes every wgmma for want of registers, its
-        # remark C7512; with two, the consumers spill at 224 registers)
+        # One dot chain per latent tile over its two 64-column halves, scaled by its rows'
+        # scales once done (_scores_pipelined); A fragments of 16 registers, at most three live
+        # (with all four 128-column fragments of 32, ptxas serializes every wgmma for want of
+        # registers, its remark C7512; with two, the consumers spill at 224 registers)
         c0 = _scale_col(sc_smem, slot, 0, ROW)
         c1 = _scale_col(sc_smem, slot, 1, ROW)
         c2 = _scale_col(sc_smem, slot, 2, ROW)
         c3 = _scale_col(sc_smem, slot, 3, ROW)
         sp = warpgroup_mma(kp_smem.index(slot), _q_fresh(q_sp, z).permute((1, 0)), s_zero, use_acc=False,
                            is_async=True)
-        s = _latent_scores(qv, _q_fresh(q_s0, z), c0, 0, sp, s_zero, T_L)
-        s = _latent_scores(qv, _q_fresh(q_s1, z), c1, 1, s, s_zero, T_L)
-        s = _latent_scores(qv, _q_fresh(q_s2, z), c2, 2, s, s_zero, T_L)
-        s = _latent_scores(qv, _q_fresh(q_s3, z), c3, 3, s, s_zero, T_L)
+        s = _scores_pipelined(qv, _q_fresh(q_s0, z), _q_fresh(q_s1, z), _q_fresh(q_s2, z), _q_fresh(q_s3, z), c0,
+                              c1, c2, c3, sp, s_zero, T_L)
         p, b_m, b_l2, acc0, acc1, acc2, acc3 = gluon_narrow.narrow_probs(s, b_idx, n_rows, qk_scale, b_m, b_l2,
                                                                          acc0, acc1, acc2, acc3)
         p = p * P_SCALE

@@ -12,13 +12,13 @@ route the API takes there. A setting may also change ``PYTHONPATH`` (another Tri
 unpacked into a folder there: ``"PYTHONPATH=/that/folder:$PWD/src"``).
 
 Usage: ``python benchmarks/env_ab.py OUT.jsonl --set "TSM_FLAG=0" --set "TSM_FLAG=1"
-[--rounds 2] [--field FIELD] WORKLOAD ...`` where a setting is one or more ``NAME=VALUE`` separated by spaces
-and a workload is ``T,H,FORMAT[,N=ROWS][,len=rand]`` (``bench.Workload.from_spec``).
-``device_run.sh envab`` runs it with ``$ENV_AB_SETS`` (settings separated by ``;``) and
-``$ENV_AB_WORKLOADS`` (and ``$ENV_AB_FIELD``). ``--field`` sets a boolean ``TileConfig``
-field on each workload's shipped tile in every setting (e.g. an experimental kernel that
-no table selects). The records in OUT.jsonl carry the setting; times vary 10-40% between
-runs on shared machines, so compare settings within one run only.
+[--rounds 2] [--field FIELD] WORKLOAD ...`` where a setting is one or more ``NAME=VALUE``
+separated by spaces and a workload is ``T,H,FORMAT[,N=ROWS][,len=rand]``
+(``bench.Workload.from_spec``). ``--field`` sets a boolean ``TileConfig`` field on each
+workload's shipped tile in every setting (e.g. an experimental kernel that no table selects).
+``device_run.sh envab`` runs it with ``$ENV_AB_SETS`` (settings separated by ``;``),
+``$ENV_AB_WORKLOADS`` and ``$ENV_AB_FIELD``. The records in OUT.jsonl carry the setting;
+times vary 10-40% between runs on shared machines, so compare settings within one run only.
 """
 
 import argparse

@@ -9,9 +9,9 @@ them for contrast); ``FIELD`` turns that boolean
 ``TileConfig`` field on in the shipped tile (e.g. ``128,16,fp8_ds_mla,fp8_vec8``), ``-FIELD``
 off; ``N=ROWS`` sets the cache's rows (default 1M; e.g. ``4096,16,bf16,N=32768``, the prefill
 bench's L2-resident cache); ``ws=0`` keeps an fp8_ds_mla call off the bf16 workspace
-(``fp8_workspace=False``: the in-kernel conversion, e.g. ``4096,16,fp8_ds_mla,fp8_regs,N=32768,ws=0``).
-``benchmarks/device_run.sh ncu`` does that, with
-``PROFILE_WORKLOADS`` for other workloads.
+(``fp8_workspace=False``: the conversion in the kernel, e.g.
+``4096,16,fp8_ds_mla,fp8_regs,N=32768,ws=0``). ``benchmarks/device_run.sh ncu`` does that,
+with ``PROFILE_WORKLOADS`` for other workloads.
 """
 
 import contextlib

@@ -47,11 +47,11 @@ beats the bf16 workspace (workspace.py) at every reuse measured (1.10-1.18x); at
 two tie over 32K rows and the workspace is kept.
 What bounds it at 16 heads (Nsight Compute, run 335): the producer. Its four warps stall on
 the row ids' loads (23% of their samples, about an L2 latency per step despite the L1
-prefetch) and on the barriers between the scale copies, and the consumers wait on its ``ready`` barriers for 5-11%
-of theirs. A producer that loads each step's ids a step ahead, one id per thread per pass
-(each thread copying 128 bytes of a row) and the scales in one copy compiles without spills
-(its loop 167 instructions per warp against 388): benchmarks/results/
-2026-12-07-fp8-regs-producer-ids-ahead.patch, not yet run on a GPU.
+prefetch) and on the barriers between the scale copies, and the consumers wait on its
+``ready`` barriers for 5-11% of theirs. A producer that loads each step's ids a step ahead,
+one id per thread per pass (each thread copying 128 bytes of a row), and the scales in one
+copy compiles without spills (its loop 167 instructions per warp against 388):
+benchmarks/results/2026-12-07-fp8-regs-producer-ids-ahead.patch, not yet run on a GPU.
 
 Shared memory per 64-row step at 16 heads: 41 KB copied in, 32 KB read by each view, the
 rope tile, q and P^T read by the dots: about 150 KB. The raw slot is free once its bytes are

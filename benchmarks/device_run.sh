@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One self-contained call on the GPU machine: install, test, sanitize, sweep, benchmark.
 # Usage (on the device, from the repo root): bash benchmarks/device_run.sh [steps...]
-# Steps: triton-a triton-b tests sanitizer sweep envab intdecode narrow stride fp8sweep splits splits-len warps fp8choice fp8short wsparts overhead hostcost hostcost-ab residency residency-toggle residency-warps indexer indexer-fp8dot indexer-tiles indexer-heads indexer-heads-tiles indexer-env indexer-ncu ncu ppc ppncu nbprobe vllmtests mid grid gatherl2 splitn splitlat splitprobe exchange apart racecheck racecheck-producer wide latency toggle bench prefill (default: tests sanitizer sweep bench
+# Steps: triton-a triton-b tests sanitizer sweep envab patchab intdecode narrow stride fp8sweep splits splits-len warps fp8choice fp8short wsparts overhead hostcost hostcost-ab residency residency-toggle residency-warps indexer indexer-fp8dot indexer-tiles indexer-heads indexer-heads-tiles indexer-env indexer-ncu ncu ppc ppncu nbprobe vllmtests mid grid gatherl2 splitn splitlat splitprobe exchange apart racecheck racecheck-producer wide latency toggle bench prefill (default: tests sanitizer sweep bench
 # prefill). toggle and residency-toggle time a boolean TileConfig field off and on, named by
 # $TOGGLE (e.g. TOGGLE=prefetch_idx), on the workloads of one row format if $TOGGLE_FMT is set
 # (e.g. TOGGLE_FMT=fp8_ds_mla) and of the head counts in $TOGGLE_HEADS (toggle only; e.g.
@@ -133,6 +133,19 @@ for s in $steps; do
       timeout 550 python3 benchmarks/env_ab.py "$OUT/env-ab.jsonl" \
         ${ENV_AB_WORKLOADS:-4096,16,bf16,N=32768 4096,8,bf16,N=32768 128,16,fp8_ds_mla} \
         "${args[@]}" ${ENV_AB_ROUNDS:+--rounds $ENV_AB_ROUNDS} ${ENV_AB_FIELD:+--field $ENV_AB_FIELD} 2>&1 | tee "$OUT/env-ab.log" | grep ENVAB ;;
+    patchab) # a patch of src/ ($PATCH, e.g. one kept in benchmarks/results) against the tree: src/
+      # copied to /tmp/patched and patched, the GPU tests of $PATCH_TESTS (a pytest -k expression
+      # over tests/test_attention.py) run on it, then env_ab with PYTHONPATH at each tree in turn
+      # (ENV_AB_WORKLOADS, ENV_AB_FIELD, ENV_AB_ROUNDS as for envab)
+      rm -rf /tmp/patched && mkdir -p /tmp/patched && cp -r src /tmp/patched/ \
+        && (cd /tmp/patched && git apply "$OLDPWD/${PATCH:?set PATCH to a patch of src/}") || exit 1
+      patched=$(echo "$PYTHONPATH" | sed "s#$PWD/src#/tmp/patched/src#")
+      [ -n "${PATCH_TESTS:-}" ] && PYTHONPATH=$patched timeout 150 python3 -m pytest -q -x -n 8 -p no:cacheprovider \
+        tests/test_attention.py -k "$PATCH_TESTS" 2>&1 | tee "$OUT/patch-tests.log" | tail -3
+      timeout 450 python3 benchmarks/env_ab.py "$OUT/patch-ab.jsonl" \
+        ${ENV_AB_WORKLOADS:-4096,16,fp8_ds_mla,N=32768 4096,8,fp8_ds_mla,N=32768} \
+        --set "PYTHONPATH=$PYTHONPATH" --set "PYTHONPATH=$patched" ${ENV_AB_ROUNDS:+--rounds $ENV_AB_ROUNDS} \
+        ${ENV_AB_FIELD:+--field $ENV_AB_FIELD} 2>&1 | tee "$OUT/patch-ab.log" | grep ENVAB ;;
     narrow) # the few-head Gluon fp8 tile's GPU tests under their own timeout (a wrong mbarrier phase
       # would hang them), then its timings beside the shipped tiles and FlashMLA
       # (the row format in $TOGGLE_FMT if set, e.g. TOGGLE_FMT=bf16)

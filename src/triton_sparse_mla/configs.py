@@ -106,8 +106,8 @@ class TileConfig:
     # alternate steps) read the rows' raw e4m3 bytes and convert them into the wgmma's register
     # operands; the producer only copies, into four 41 KB slots (kernels/gluon_fp8_regs.py).
     # Against the shipped few-head tile (H100, 2026-12-07, run 332): prefill T=4096 over 32K
-    # rows 1.17-1.18x, over 1M rows 0.98x, decode T=128-512 0.96-0.99x. Over 32K rows the
-    # public call takes the bf16 workspace, as fast (run 334); on in no table.
+    # rows 1.17-1.18x, over 1M rows 0.98x, decode T=128-512 0.96-0.99x. On in sm90's prefill
+    # table up to 8 heads (_N8_REGS), where it also beats the bf16 workspace (run 335).
     fp8_regs: bool = False
     # With ``gluon``: the Triton tile a call runs where the Gluon kernel does not apply
     # (``without_gluon``; the planner decides it per call, kernels.attention.gluon_applies).

@@ -256,9 +256,11 @@ _N8 = dataclasses.replace(_N16, block_h=8)
 # 1.18x over _N8 in the kernel (T=4096), and 1.13x, 1.10x, 1.18x over the bf16 workspace at
 # T=4096, 16384, 1024 (1479 against 1667 us at T=4096; 1.90x of FlashMLA there, against
 # 1.68-1.69x through the workspace in runs 315 and 317); over 1M rows as _N8 (1.63-1.64x of
-# FlashMLA against 1.62-1.65x in runs 315 and 317). At 16 heads it ties with the workspace over
-# 32K rows (1635 against 1610 us) and runs 0.98x of _N16 over 1M: not used there. Not yet
-# timed on an H200.
+# FlashMLA against 1.62-1.65x in runs 315 and 317). Its producer with the ids a step ahead
+# (runs 337-339): 1.03-1.09x more, GLM-5 TP8's rows 1.98x (T=4096) and 2.01x (T=16384) of
+# FlashMLA over 32K rows, 1.75-1.76x over 1M. At 16 heads it trails the workspace over 32K
+# rows (1690 against 1618 us, run 337; it tied before the new producer) and ran 0.98x of _N16
+# over 1M: not used there. Not yet timed on an H200.
 _N8_REGS = dataclasses.replace(_N8, fp8_regs=True)
 _N32 = C(32, 64, 4, 2, fp8_f16=True, gluon=True, fallback=C(32, 32, 4, 2, fp8_f16=True))
 # bf16/fp16 rows with 17-32 heads: the 64-head alternate-tile kernel, the heads past H masked

@@ -45,13 +45,16 @@ lengths). Each warpgroup's latent dots are pipelined (:func:`_scores_pipelined`)
 heads, 1.003x at 8. The sm90 prefill table runs it up to 8 heads (configs._N8_REGS), where it
 beats the bf16 workspace (workspace.py) at every reuse measured (1.10-1.18x); at 16 heads the
 two tie over 32K rows and the workspace is kept.
-What bounds it at 16 heads (Nsight Compute, run 335): the producer. Its four warps stall on
-the row ids' loads (23% of their samples, about an L2 latency per step despite the L1
-prefetch) and on the barriers between the scale copies, and the consumers wait on its
-``ready`` barriers for 5-11% of theirs. A producer that loads each step's ids a step ahead,
-one id per thread per pass (each thread copying 128 bytes of a row), and the scales in one
-copy compiles without spills (its loop 167 instructions per warp against 388):
-benchmarks/results/2026-12-07-fp8-regs-producer-ids-ahead.patch, not yet run on a GPU.
+Nsight Compute at 16 heads (run 335) put the producer's four warps on the row ids' loads
+(23% of their samples, about an L2 latency per step despite an L1 prefetch) and on barriers
+between the four scale copies. So the producer (:func:`regs_producer`) loads each step's ids
+a step ahead, into registers, one id per thread and pass (each thread copies 128 bytes of a
+row and 16 of its rope values), and copies the four scales of the step's rows in one copy:
+its loop is 168 instructions per warp where it was 388. Against the previous producer in one
+run (H100, runs 337-338): 1.037x at T=1024, 1.027x at T=4096, 1.052x at T=16384 over 32K
+rows and 1.091x over 1M rows (T=4096), all at 8 heads; 0.962-0.965x at 16 heads, where no
+table uses it and the workspace stays ahead of it (1618 against 1690 us at T=4096, run 337).
+Why the new producer is slower at 16 heads is not yet placed.
 
 Shared memory per 64-row step at 16 heads: 41 KB copied in, 32 KB read by each view, the
 rope tile, q and P^T read by the dots: about 150 KB. The raw slot is free once its bytes are
@@ -67,9 +70,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma_wait)
 
 from . import gluon_narrow
-from .gluon_pingpong import _nb_arrive, _nb_sync, _opaque_zero, _prefetch_ids, _q_fresh
+from .gluon_pingpong import _nb_arrive, _nb_sync, _opaque_zero, _q_fresh
 from .gluon_sm90 import (FLAT, FLAT1, Q_F16_SCALE, SMEM, _NOT_SPECIALIZED, _arrive_all, _async_load, _barrier,
-                         _lse_and_scale, _reinterpret, _row_ids, _split_range, _tile_origin, q_to_f16)
+                         _lse_and_scale, _pass_ids, _pass_row, _reinterpret, _row_ids, _split_range, _tile_origin, q_to_f16)
 
 # The latent row: 512 e4m3 bytes in four tiles of 128 columns, then 4 fp32 scales and the bf16
 # rope (formats.FP8_ROPE_BYTE).
@@ -365,39 +368,58 @@ def regs_wg1(q_s0, q_s1, q_s2, q_s3, q_sp, raw_ring, kp_smem, sc_smem, p_s, read
 
 
 @gluon.jit
+def _copy_pass(raw, kp, kv_ptr, ids, n_rows, stride_kv, j: gl.constexpr, o_b, o_p, ROWS: gl.constexpr,
+               ROPEL: gl.constexpr):
+    """Pass ``j``'s rows into the raw slot view ``raw`` and the rope slot ``kp``, ids from
+    ``_pass_ids``'s ``[ROWS, passes]``."""
+    ids = _pass_row(ids, j)
+    p_row = kv_ptr + ids.to(gl.int64) * stride_kv
+    ok = (ids >= 0) & (ids < n_rows)
+    _async_load(raw.slice(j * ROWS, ROWS), p_row[:, None] + o_b[None, :], mask=ok[:, None])
+    # (the same rows per thread in both layouts: a renaming)
+    p_pe = gl.convert_layout((p_row + RAW + 16).to(gl.pointer_type(gl.bfloat16)), gl.SliceLayout(1, ROPEL))
+    ok_p = gl.convert_layout(ok, gl.SliceLayout(1, ROPEL))
+    _async_load(kp.slice(j * ROWS, ROWS), p_pe[:, None] + o_p[None, :], mask=ok_p[:, None])
+
+
+@gluon.jit
 def regs_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, raw_ring, kp_smem, sc_smem, ready,
                   free, BLOCK_N: gl.constexpr, NS: gl.constexpr, PW: gl.constexpr):
     """The ``PW`` producer warps: per step, once its slot is free, the copies of the tile's
-    rows in passes of ``4 * PW`` rows (raw bytes, scales, rope; invalid ids zero-filled),
-    then an arrival on the slot's ``ready`` barrier that lands when this thread's copies
-    have. The next step's ids are prefetched into L1 first."""
+    rows in four passes of ``4 * PW`` rows (raw bytes and rope; invalid ids zero-filled) and
+    of its scales, then an arrival on the slot's ``ready`` barrier that lands when this
+    thread's copies have. Each thread copies one row of a pass (128 of its bytes, 16 of its
+    rope values); the next step's ids are loaded a step ahead, into registers."""
     ROWS: gl.constexpr = 4 * PW
-    RAWL: gl.constexpr = gl.BlockedLayout([1, 16], [1, 32], [PW, 1], [1, 0])  # a row per warp
-    ROPEL: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [PW, 1], [1, 0])  # four rows per warp
-    SCL: gl.constexpr = gl.BlockedLayout([1], [32], [PW], [0])
+    gl.static_assert(BLOCK_N == 4 * ROWS, "four passes a step")
+    RAWL: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [PW, 1], [1, 0])  # four rows per warp
+    ROPEL: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [PW, 1], [1, 0])  # the same rows
+    # the scales: [4 tiles, BLOCK_N rows], a tile per warp (PW = 4)
+    SCL: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [PW, 1], [1, 0])
+    SC_IDL: gl.constexpr = gl.SliceLayout(0, SCL)
     o_b = gl.arange(0, RAW, layout=gl.SliceLayout(0, RAWL))
     o_p = gl.arange(0, 64, layout=gl.SliceLayout(0, ROPEL))
+    o_t = gl.arange(0, 4, layout=gl.SliceLayout(1, SCL))
+    sc_steps = _reinterpret(sc_smem, gl.float32, [NS, 4, BLOCK_N], FLAT)
+    ids = _pass_ids(p_idx, n_start, n_end, ROWS, 4, RAWL)
+    i_s = _row_ids(p_idx, n_start, n_end, SC_IDL, BLOCK_N)
     for i in range(n_steps):
         slot = i % NS
-        n0 = n_start + i * BLOCK_N
-        _prefetch_ids(p_idx, n0 + BLOCK_N, n_end, BLOCK_N, PW)
+        n1 = n_start + (i + 1) * BLOCK_N
+        # the next step's ids, a step of copies before their use
+        ids_next = _pass_ids(p_idx, n1, n_end, ROWS, 4, RAWL)
+        j_s = _row_ids(p_idx, n1, n_end, SC_IDL, BLOCK_N)
         mbarrier.wait(free.index(slot), ((i // NS) & 1) ^ 1)
         raw = _reinterpret(raw_ring.index(slot), gl.uint8, [BLOCK_N, RAW], _COPY_VIEW)
-        for j in gl.static_range(BLOCK_N // ROWS):
-            ids = _row_ids(p_idx, n0 + j * ROWS, n_end, gl.SliceLayout(1, RAWL), ROWS)
-            p_row = kv_ptr + ids.to(gl.int64) * stride_kv
-            _async_load(raw.slice(j * ROWS, ROWS), p_row[:, None] + o_b[None, :],
-                        mask=((ids >= 0) & (ids < n_rows))[:, None])
-            ids_p = _row_ids(p_idx, n0 + j * ROWS, n_end, gl.SliceLayout(1, ROPEL), ROWS)
-            p_pe = (kv_ptr + ids_p.to(gl.int64) * stride_kv + RAW + 16).to(gl.pointer_type(gl.bfloat16))
-            _async_load(kp_smem.index(slot).slice(j * ROWS, ROWS), p_pe[:, None] + o_p[None, :],
-                        mask=((ids_p >= 0) & (ids_p < n_rows))[:, None])
-        ids_s = _row_ids(p_idx, n0, n_end, SCL, BLOCK_N)
-        p_sc = (kv_ptr + ids_s.to(gl.int64) * stride_kv + RAW).to(gl.pointer_type(gl.float32))
-        m_s = (ids_s >= 0) & (ids_s < n_rows)
-        for t in gl.static_range(4):  # (each row's scale of tile t, 4 bytes a copy)
-            _async_load(sc_smem.index(4 * slot + t), p_sc + t, mask=m_s)
+        kp = kp_smem.index(slot)
+        for j in gl.static_range(4):
+            _copy_pass(raw, kp, kv_ptr, ids, n_rows, stride_kv, j, o_b, o_p, ROWS, ROPEL)
+        # each row's four scales, one copy of 4 bytes each
+        p_sc = (kv_ptr + i_s.to(gl.int64) * stride_kv + RAW).to(gl.pointer_type(gl.float32))
+        ok_s = (i_s >= 0) & (i_s < n_rows)
+        _async_load(sc_steps.index(slot), p_sc[None, :] + o_t[:, None], mask=ok_s[None, :] & (o_t >= 0)[:, None])
         async_copy.mbarrier_arrive(ready.index(slot), increment_count=False)
+        ids, i_s = ids_next, j_s
 
 
 @gluon.jit

@@ -382,18 +382,27 @@ def _copy_pass(raw, kp, kv_ptr, ids, n_rows, stride_kv, j: gl.constexpr, o_b, o_
     _async_load(kp.slice(j * ROWS, ROWS), p_pe[:, None] + o_p[None, :], mask=ok_p[:, None])
 
 
+# Rows a producer warp's copy instruction covers, 32 // COPY_ROWS threads x 16 bytes of each
+# (2 or 4). Over vLLM's 656-byte rows, which start 16 x (id mod 8) bytes into a 128-byte line,
+# an instruction touches about 2 lines per row at 4 (8 in all) and 3 per row at 2 (6).
+COPY_ROWS = gl.constexpr(4)
+
+
 @gluon.jit
 def regs_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, raw_ring, kp_smem, sc_smem, ready,
                   free, BLOCK_N: gl.constexpr, NS: gl.constexpr, PW: gl.constexpr):
     """The ``PW`` producer warps: per step, once its slot is free, the copies of the tile's
-    rows in four passes of ``4 * PW`` rows (raw bytes and rope; invalid ids zero-filled) and
-    of its scales, then an arrival on the slot's ``ready`` barrier that lands when this
-    thread's copies have. Each thread copies one row of a pass (128 of its bytes, 16 of its
-    rope values); the next step's ids are loaded a step ahead, into registers."""
-    ROWS: gl.constexpr = 4 * PW
-    gl.static_assert(BLOCK_N == 4 * ROWS, "four passes a step")
-    RAWL: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [PW, 1], [1, 0])  # four rows per warp
-    ROPEL: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [PW, 1], [1, 0])  # the same rows
+    rows in passes of ``COPY_ROWS * PW`` rows (raw bytes and rope; invalid ids zero-filled)
+    and of its scales, then an arrival on the slot's ``ready`` barrier that lands when this
+    thread's copies have. Each thread copies one row of a pass (``16 * COPY_ROWS`` of its
+    bytes, ``2 * COPY_ROWS`` of its rope values); the next step's ids are loaded a step
+    ahead, into registers."""
+    gl.static_assert((COPY_ROWS == 2) | (COPY_ROWS == 4), "a copy instruction covers 2 or 4 rows")
+    ROWS: gl.constexpr = COPY_ROWS * PW
+    PASSES: gl.constexpr = BLOCK_N // ROWS
+    LANES: gl.constexpr = 32 // COPY_ROWS  # a row's lanes
+    RAWL: gl.constexpr = gl.BlockedLayout([1, 16], [COPY_ROWS, LANES], [PW, 1], [1, 0])
+    ROPEL: gl.constexpr = gl.BlockedLayout([1, 64 // LANES], [COPY_ROWS, LANES], [PW, 1], [1, 0])  # the same rows
     # the scales: [4 tiles, BLOCK_N rows], a tile per warp (PW = 4)
     SCL: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [PW, 1], [1, 0])
     SC_IDL: gl.constexpr = gl.SliceLayout(0, SCL)
@@ -401,18 +410,18 @@ def regs_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, raw
     o_p = gl.arange(0, 64, layout=gl.SliceLayout(0, ROPEL))
     o_t = gl.arange(0, 4, layout=gl.SliceLayout(1, SCL))
     sc_steps = _reinterpret(sc_smem, gl.float32, [NS, 4, BLOCK_N], FLAT)
-    ids = _pass_ids(p_idx, n_start, n_end, ROWS, 4, RAWL)
+    ids = _pass_ids(p_idx, n_start, n_end, ROWS, PASSES, RAWL)
     i_s = _row_ids(p_idx, n_start, n_end, SC_IDL, BLOCK_N)
     for i in range(n_steps):
         slot = i % NS
         n1 = n_start + (i + 1) * BLOCK_N
         # the next step's ids, a step of copies before their use
-        ids_next = _pass_ids(p_idx, n1, n_end, ROWS, 4, RAWL)
+        ids_next = _pass_ids(p_idx, n1, n_end, ROWS, PASSES, RAWL)
         j_s = _row_ids(p_idx, n1, n_end, SC_IDL, BLOCK_N)
         mbarrier.wait(free.index(slot), ((i // NS) & 1) ^ 1)
         raw = _reinterpret(raw_ring.index(slot), gl.uint8, [BLOCK_N, RAW], _COPY_VIEW)
         kp = kp_smem.index(slot)
-        for j in gl.static_range(4):
+        for j in gl.static_range(PASSES):
             _copy_pass(raw, kp, kv_ptr, ids, n_rows, stride_kv, j, o_b, o_p, ROWS, ROPEL)
         # each row's four scales, one copy of 4 bytes each
         p_sc = (kv_ptr + i_s.to(gl.int64) * stride_kv + RAW).to(gl.pointer_type(gl.float32))

@@ -44,7 +44,7 @@ over a 32K-row cache (8 and 16 heads), 0.96-0.99x over 1M rows (1.04x at 8 heads
 lengths). Each warpgroup's latent dots are pipelined (:func:`_scores_pipelined`): 1.016x at 16
 heads, 1.003x at 8. The sm90 prefill table runs it up to 8 heads (configs._N8_REGS), where it
 beats the bf16 workspace (workspace.py) at every reuse measured (1.10-1.18x); at 16 heads the
-two tie over 32K rows and the workspace is kept.
+two tied over 32K rows (run 335) and the workspace is kept.
 Nsight Compute at 16 heads (run 335) put the producer's four warps on the row ids' loads
 (23% of their samples, about an L2 latency per step despite an L1 prefetch) and on barriers
 between the four scale copies. So the producer (:func:`regs_producer`) loads each step's ids
@@ -72,7 +72,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 from . import gluon_narrow
 from .gluon_pingpong import _nb_arrive, _nb_sync, _opaque_zero, _q_fresh
 from .gluon_sm90 import (FLAT, FLAT1, Q_F16_SCALE, SMEM, _NOT_SPECIALIZED, _arrive_all, _async_load, _barrier,
-                         _lse_and_scale, _pass_ids, _pass_row, _reinterpret, _row_ids, _split_range, _tile_origin, q_to_f16)
+                         _lse_and_scale, _pass_ids, _pass_row, _reinterpret, _row_ids, _split_range, _tile_origin,
+                         q_to_f16)
 
 # The latent row: 512 e4m3 bytes in four tiles of 128 columns, then 4 fp32 scales and the bf16
 # rope (formats.FP8_ROPE_BYTE).
@@ -377,8 +378,9 @@ def _copy_pass(raw, kp, kv_ptr, ids, n_rows, stride_kv, j: gl.constexpr, o_b, o_
     ok = (ids >= 0) & (ids < n_rows)
     _async_load(raw.slice(j * ROWS, ROWS), p_row[:, None] + o_b[None, :], mask=ok[:, None])
     # (the same rows per thread in both layouts: a renaming)
-    p_pe = gl.convert_layout((p_row + RAW + 16).to(gl.pointer_type(gl.bfloat16)), gl.SliceLayout(1, ROPEL))
-    ok_p = gl.convert_layout(ok, gl.SliceLayout(1, ROPEL))
+    p_pe = gl.convert_layout((p_row + RAW + 16).to(gl.pointer_type(gl.bfloat16)), gl.SliceLayout(1, ROPEL),
+                             assert_trivial=True)
+    ok_p = gl.convert_layout(ok, gl.SliceLayout(1, ROPEL), assert_trivial=True)
     _async_load(kp.slice(j * ROWS, ROWS), p_pe[:, None] + o_p[None, :], mask=ok_p[:, None])
 
 

@@ -425,7 +425,9 @@ def regs_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, raw
         kp = kp_smem.index(slot)
         for j in gl.static_range(PASSES):
             _copy_pass(raw, kp, kv_ptr, ids, n_rows, stride_kv, j, o_b, o_p, ROWS, ROPEL)
-        # each row's four scales, one copy of 4 bytes each
+        # the step's scales, [4 tiles, BLOCK_N rows] of 4 bytes each, in one copy (its ids loaded
+        # again in the copy's layout: two loads a thread, L1 hits, where a layout conversion of
+        # the pass ids would cross threads); the mask is ok_s broadcast to the copy's shape
         p_sc = (kv_ptr + i_s.to(gl.int64) * stride_kv + RAW).to(gl.pointer_type(gl.float32))
         ok_s = (i_s >= 0) & (i_s < n_rows)
         _async_load(sc_steps.index(slot), p_sc[None, :] + o_t[:, None], mask=ok_s[None, :] & (o_t >= 0)[:, None])

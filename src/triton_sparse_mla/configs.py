@@ -258,10 +258,14 @@ _N8 = dataclasses.replace(_N16, block_h=8)
 # 1.68-1.69x through the workspace in runs 315 and 317); over 1M rows as _N8 (1.63-1.64x of
 # FlashMLA against 1.62-1.65x in runs 315 and 317). Its producer with the ids a step ahead
 # (runs 337-339): 1.03-1.09x more, GLM-5 TP8's rows 1.98x (T=4096) and 2.01x (T=16384) of
-# FlashMLA over 32K rows, 1.75-1.76x over 1M. At 16 heads it trails the workspace over 32K
-# rows (1690 against 1618 us, run 337; it tied before the new producer) and ran 0.98x of _N16
-# over 1M: not used there. Not yet timed on an H200.
+# FlashMLA over 32K rows, 1.75-1.76x over 1M. With two rows per copy instruction
+# (gluon_fp8_regs.COPY_ROWS, runs 341-344) 1.04-1.05x more at 8 heads (GLM-5 TP8's rows 2.07x
+# and 2.11x over 32K rows, 1.84-1.87x over 1M) and 1.08x at 16, where it now beats the bf16
+# workspace at every reuse measured: 1.045x at T=1024, 1.007x at T=4096 (1581 against 1592
+# us), 1.07x at T=16384 over 32K rows, 1.35x in a 64K-row window, 1.87x over 1M rows (run
+# 343), so it runs up to 16 heads too (_N16_REGS). Not yet timed on an H200.
 _N8_REGS = dataclasses.replace(_N8, fp8_regs=True)
+_N16_REGS = dataclasses.replace(_N16, fp8_regs=True)
 _N32 = C(32, 64, 4, 2, fp8_f16=True, gluon=True, fallback=C(32, 32, 4, 2, fp8_f16=True))
 # bf16/fp16 rows with 17-32 heads: the 64-head alternate-tile kernel, the heads past H masked
 # (q's zero-filled, their output and lse not stored: a Gluon tile keeps its 64 rows, the
@@ -289,7 +293,7 @@ _SM90 = {
     ("decode", "plain"): ((8, _P8), (16, _P16), (32, _G64_32), (_ANY, _G64)),
     ("decode", "fp8"): ((8, _N8), (16, _N16), (32, _N32), (_ANY, _G64_F16)),
     ("prefill", "plain"): ((8, _P8_PREFILL), (16, _P16_PREFILL), (32, _G64_32), (_ANY, _G64)),
-    ("prefill", "fp8"): ((8, _N8_REGS), (16, _N16), (32, _N32), (_ANY, _G64_F16)),
+    ("prefill", "fp8"): ((8, _N8_REGS), (16, _N16_REGS), (32, _N32), (_ANY, _G64_F16)),
 }
 # sm80 (163 KB), sm86 (99 KB) and sm100: not measured on their GPUs (none is available here).
 # They are the sm90 shapes, cut down where the compiled kernel overflows the family's shared

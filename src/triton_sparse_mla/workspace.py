@@ -65,10 +65,11 @@ MIN_REUSE = 8
 # at 64, 1.28x at 256, 1.30x at 1024; counted 1.16x at 256 (run 119: a tie at 128, 0.85x at
 # 8). With 128 heads 1.28x at 64 and 1.32x at 256; counted 1.18-1.25x at 64-256 and
 # 1.01-1.09x at 8 (runs 118-119).
-# Up to 8 heads the prefill tile converts in registers (configs._N8_REGS) and beats the
-# workspace at every reuse measured: 1.18x at 64, 1.13x at 256, 1.10x at 1024 (H100,
-# 2026-12-07, run 335): never.
-MIN_REUSE_GLUON = ((8, None, None), (16, 256, None), (32, 256, 1024), (64, 64, 256),
+# Up to 16 heads the prefill tile converts in registers (configs._N8_REGS, _N16_REGS) and beats
+# the workspace at every reuse measured: at 8 heads 1.18x at 64, 1.13x at 256, 1.10x at 1024
+# (H100, 2026-12-07, run 335); at 16 heads 1.045x at 64, 1.007x at 256, 1.07x at 1024, 1.35x
+# at 128 in a 64K-row window (run 343): never.
+MIN_REUSE_GLUON = ((16, None, None), (32, 256, 1024), (64, 64, 256),
                    (None, MIN_REUSE, MIN_REUSE))
 # Largest workspace (bytes of dequantized rows) a call may allocate.
 MAX_BYTES = 2 << 30

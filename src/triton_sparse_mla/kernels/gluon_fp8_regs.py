@@ -46,17 +46,20 @@ over a 32K-row cache (8 and 16 heads), 0.96-0.99x over 1M rows (1.04x at 8 heads
 lengths). Each warpgroup's latent dots are pipelined (:func:`_scores_pipelined`): 1.016x at 16
 heads, 1.003x at 8. The sm90 prefill table runs it up to 8 heads (configs._N8_REGS), where it
 beats the bf16 workspace (workspace.py) at every reuse measured (1.10-1.18x); at 16 heads the
-two tied over 32K rows (run 335) and the workspace is kept.
+two tied over 32K rows (run 335).
 Nsight Compute at 16 heads (run 335) put the producer's four warps on the row ids' loads
 (23% of their samples, about an L2 latency per step despite an L1 prefetch) and on barriers
 between the four scale copies. So the producer (:func:`regs_producer`) loads each step's ids
-a step ahead, into registers, one id per thread and pass (each thread copies 128 bytes of a
-row and 16 of its rope values), and copies the four scales of the step's rows in one copy:
-its loop is 168 instructions per warp where it was 388. Against the previous producer in one
-run (H100, runs 337-338): 1.037x at T=1024, 1.027x at T=4096, 1.052x at T=16384 over 32K
-rows and 1.091x over 1M rows (T=4096), all at 8 heads; 0.962-0.965x at 16 heads, where no
-table uses it and the workspace stays ahead of it (1618 against 1690 us at T=4096, run 337).
-Why the new producer is slower at 16 heads is not yet placed.
+a step ahead, into registers, one id per thread and pass, and copies the four scales of the
+step's rows in one copy: its loop was 168 instructions per warp where it had been 388. Against
+the previous producer in one run (H100, runs 337-338): 1.037x at T=1024, 1.027x at T=4096,
+1.052x at T=16384 over 32K rows and 1.091x over 1M rows (T=4096), all at 8 heads; but
+0.962-0.965x at 16 heads. There each copy instruction covered four rows x 128 bytes, 8 cache
+lines of vLLM's 656-byte rows where one row x 512 bytes had touched 5. With two rows x 256
+bytes per instruction (``COPY_ROWS``, 6 lines; 227 instructions per warp and step) it runs
+1.077x over the four-row form at 16 heads and 1.043-1.051x at 8 (runs 341-342), and beats the
+bf16 workspace at 16 heads too (1581 against 1592 us at T=4096, 1.045x at T=1024, 1.07x at
+T=16384 over 32K rows; run 343): the sm90 prefill table runs it up to 16 heads.
 
 Shared memory per 64-row step at 16 heads: 41 KB copied in, 32 KB read by each view, the
 rope tile, q and P^T read by the dots: about 150 KB. The raw slot is free once its bytes are
@@ -417,8 +420,10 @@ def _copy_pass(raw, kp, kv_ptr, ids, n_rows, stride_kv, j: gl.constexpr, o_b, o_
 
 # Rows a producer warp's copy instruction covers, 32 // COPY_ROWS threads x 16 bytes of each
 # (2 or 4). Over vLLM's 656-byte rows, which start 16 x (id mod 8) bytes into a 128-byte line,
-# an instruction touches about 2 lines per row at 4 (8 in all) and 3 per row at 2 (6).
-COPY_ROWS = gl.constexpr(4)
+# an instruction touches about 2 lines per row at 4 (8 in all) and 3 per row at 2 (6). 2 against
+# 4 in one run (H100, 2026-12-07, runs 341-342): 1.043-1.051x at 8 heads, 1.077x at 16
+# (prefill T=4096 over 32K rows), though its loop is 227 instructions per warp against 168.
+COPY_ROWS = gl.constexpr(2)
 
 
 @gluon.jit

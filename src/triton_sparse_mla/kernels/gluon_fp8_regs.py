@@ -38,7 +38,10 @@ lengthen each step's chain, and one warpgroup alone, with one warp per scheduler
 0.93-0.99x of kernels/gluon_fp8_producer.py's at 8 heads (H200, 2026-12-06, run 331; at 16
 heads it spilled). q's latent tiles are loaded half by the first two. The number of consumer
 warpgroups is ``CONSUMERS[BLOCK_H]``: with three, each takes every third step, at 152
-registers (the producer at 56) where two take 224.
+registers (the producer at 56) where two take 224. Three ran 0.91-0.95x at 8 heads (H100,
+run 341); at 16 heads they fit those registers only with fewer dots in flight (kept patches
+``benchmarks/results/2026-12-07-fp8-regs-three-consumers-16*.patch``; BENCHMARKS.md "Two rows
+per copy instruction, and three consumer warpgroups").
 
 Measured (H100, 2026-12-07, runs 332 and 335-336; BENCHMARKS.md "Raw e4m3 rows into
 register operands"): 1.17-1.18x over kernels/gluon_fp8_producer.py's tile in prefill T=4096

@@ -36,12 +36,11 @@ Two consumer warpgroups take alternate steps, each with its own accumulators, ru
 denominators (few heads need few registers), and merge them at the end: the conversions
 lengthen each step's chain, and one warpgroup alone, with one warp per scheduler, ran it at
 0.93-0.99x of kernels/gluon_fp8_producer.py's at 8 heads (H200, 2026-12-06, run 331; at 16
-heads it spilled). q's latent tiles are loaded half by the first two. The number of consumer
-warpgroups is ``CONSUMERS[BLOCK_H]``: with three, each takes every third step, at 152
-registers (the producer at 56) where two take 224. Three ran 0.91-0.95x at 8 heads (H100,
-run 341); at 16 heads they fit those registers only with fewer dots in flight (kept patches
-``benchmarks/results/2026-12-07-fp8-regs-three-consumers-16*.patch``; BENCHMARKS.md "Two rows
-per copy instruction, and three consumer warpgroups").
+heads it spilled). q's latent tiles are loaded half by each. Three warpgroups taking every
+third step (at 152 registers each, the producer at 56) ran 0.91-0.95x at 8 heads; at 16 heads
+they fit only with fewer dots in flight, 1.083x over the four-row producer below but 0.88x
+over the two-row one (H100, runs 341 and 345; BENCHMARKS.md "Two rows per copy instruction,
+and three consumer warpgroups"; the patches in benchmarks/results apply at commit f895fdb).
 
 Measured (H100, 2026-12-07, runs 332 and 335-336; BENCHMARKS.md "Raw e4m3 rows into
 register operands"): 1.17-1.18x over kernels/gluon_fp8_producer.py's tile in prefill T=4096
@@ -155,16 +154,15 @@ def _operand(view, LOAD: gl.constexpr, T_L: gl.constexpr):
 def _load_q_permuted(q_s0, q_s1, q_s2, q_s3, q_sp, q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
                      stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H: gl.constexpr, D_PE: gl.constexpr,
                      c: gl.constexpr):
-    """Consumer warpgroup ``c``'s part of q into shared memory: latent tiles ``2c`` and ``2c +
-    1`` (none for ``c >= 2``) in fp16 with their columns in the score view's order
-    (``_qk_col``), and for ``c == 0`` the rope in bf16, all times Q_F16_SCALE
-    (gluon_sm90.q_to_f16)."""
+    """Consumer warpgroup ``c``'s half of q into shared memory: latent tiles ``2c`` and ``2c +
+    1`` in fp16 with their columns in the score view's order (``_qk_col``), and for ``c == 0``
+    the rope in bf16, all times Q_F16_SCALE (gluon_sm90.q_to_f16)."""
     G: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])
     o_h = h0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, G))
     m_h = (o_h < n_heads)[:, None]
     o_k = _qk_col(gl.arange(0, 128, layout=gl.SliceLayout(0, G)))
     p_q = (q_nope_ptr + i_t * stride_qn_t + o_h * stride_qn_h)[:, None] + o_k[None, :]
-    for t in gl.static_range(2 * c, min(2 * c + 2, 4)):
+    for t in gl.static_range(2 * c, 2 * c + 2):
         b_q = q_to_f16(gl.load(p_q + 128 * t, mask=m_h, other=0.0))
         if t == 0:
             q_s0.store(b_q)
@@ -196,29 +194,9 @@ def _scale_col(sc_smem, slot, t: gl.constexpr, LAYOUT: gl.constexpr):
     return sc_smem.index(4 * slot + t).load(LAYOUT)
 
 
-# The consumer warpgroups' hardware barriers (0-3 are the compiler's): q stored, every loop
-# done, the other warpgroups' states stored for the first.
+# The consumer warpgroups' hardware barriers (0-3 are the compiler's): q stored, both loops
+# done, the second warpgroup's state stored for the first.
 _NB_Q, _NB_DONE, _NB_STATE = gl.constexpr(8), gl.constexpr(9), gl.constexpr(10)
-
-
-@gluon.jit
-def _wgs_sync(bar_id: gl.constexpr, NC: gl.constexpr):
-    """Wait at hardware barrier ``bar_id`` until all ``NC`` consumer warpgroups arrived."""
-    if NC == 2:
-        _nb_sync(bar_id)
-    else:
-        gl.inline_asm_elementwise("bar.sync $1, 384;\n\tmov.u32 $0, 0;", "=r,r",
-                                  [gl.program_id(0) * 0 + bar_id], dtype=gl.int32, is_pure=False, pack=1)
-
-
-@gluon.jit
-def _wgs_arrive(bar_id: gl.constexpr, NC: gl.constexpr):
-    """Arrive, without waiting, at hardware barrier ``bar_id`` of the ``NC`` consumer warpgroups."""
-    if NC == 2:
-        _nb_arrive(bar_id)
-    else:
-        gl.inline_asm_elementwise("bar.arrive $1, 384;\n\tmov.u32 $0, 0;", "=r,r",
-                                  [gl.program_id(0) * 0 + bar_id], dtype=gl.int32, is_pure=False, pack=1)
 
 
 @gluon.jit
@@ -259,8 +237,8 @@ def _scores_pipelined(qv, q_s0, q_s1, q_s2, q_s3, c0, c1, c2, c3, sp, s_zero, T_
 @gluon.jit
 def _wg_steps(c: gl.constexpr, q_s0, q_s1, q_s2, q_s3, q_sp, raw_ring, kp_smem, sc_smem, p_s, ready, free, p_idx,
               n_start, n_end, n_steps, n_rows, qk_scale, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
-              NS: gl.constexpr, NC: gl.constexpr):
-    """Consumer warpgroup ``c``'s steps ``c, c + NC, ...``: the scores from the raw bytes, the
+              NS: gl.constexpr):
+    """Consumer warpgroup ``c``'s steps ``c, c + 2, ...``: the scores from the raw bytes, the
     online softmax along the rows (as kernels/gluon_narrow.py's), its four scaled P^T tiles
     (``p_s[4c : 4c + 4]``), the slot freed, the PV dots. Returns its four output accumulators
     [128, BLOCK_H] (columns in ``_v_col`` order, times P_SCALE), running max and per-entry
@@ -274,7 +252,7 @@ def _wg_steps(c: gl.constexpr, q_s0, q_s1, q_s2, q_s3, q_sp, raw_ring, kp_smem, 
     acc2 = gl.zeros([128, BLOCK_H], gl.float32, layout=T_L)
     acc3 = gl.zeros([128, BLOCK_H], gl.float32, layout=T_L)
     s_zero = gl.zeros([BLOCK_N, BLOCK_H], gl.float32, layout=T_L)
-    for i in range(c, n_steps, NC):
+    for i in range(c, n_steps, 2):
         # (q's and P^T's views through an index the compiler cannot fold, so that their wgmma
         # descriptors are formed where used instead of hoisted out of the loop and spilled:
         # kernels/gluon_pingpong.py's _q_fresh)
@@ -328,81 +306,73 @@ def _wg_steps(c: gl.constexpr, q_s0, q_s1, q_s2, q_s3, q_sp, raw_ring, kp_smem, 
 
 
 @gluon.jit
-def _state_views(raw_ring, BLOCK_H: gl.constexpr, NS: gl.constexpr, c: gl.constexpr):
-    """Where consumer warpgroup ``c >= 1`` leaves its state for the first, in the ring once
-    every loop is done: the four accumulators [512, BLOCK_H] fp32 (slot ``2c - 2``), the max
-    and the denominator [1, BLOCK_H] each (slot ``2c - 1``)."""
-    gl.static_assert(2 * c <= NS, "a state takes two slots")
+def _state_views(raw_ring, BLOCK_H: gl.constexpr, NS: gl.constexpr):
+    """Where the second consumer warpgroup leaves its state for the first, in the ring once
+    both loops are done: the four accumulators [512, BLOCK_H] fp32 (slot 0), the max and the
+    denominator [1, BLOCK_H] each (slot 1)."""
     ROWS: gl.constexpr = 8192 // BLOCK_H  # (a slot's 32 KB of fp32 [ROWS, BLOCK_H])
     ring = _reinterpret(raw_ring, gl.float32, [NS * ROWS, BLOCK_H], FLAT)
-    s0: gl.constexpr = (2 * c - 2) * ROWS
-    s1: gl.constexpr = (2 * c - 1) * ROWS
-    return ring.slice(s0, 512), ring.slice(s1, 1), ring.slice(s1 + 1, 1)
+    return ring.slice(0, 512), ring.slice(ROWS, 1), ring.slice(ROWS + 1, 1)
 
 
 @gluon.jit
-def regs_wg0(wk, sink_ptr, out_ptr, lse_ptr, i_s, stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
-             HAS_SINK: gl.constexpr, PARTIAL: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
-             NS: gl.constexpr, NC: gl.constexpr):
+def regs_wg0(q_s0, q_s1, q_s2, q_s3, q_sp, raw_ring, kp_smem, sc_smem, p_s, ready, free, p_idx, n_start, n_end,
+             n_steps, n_rows, qk_scale, q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t, stride_qn_h, stride_qp_t,
+             stride_qp_h, sink_ptr, out_ptr, lse_ptr, i_s, stride_o_t, stride_o_h, stride_o_s, stride_lse_t,
+             stride_lse_h, HAS_SINK: gl.constexpr, PARTIAL: gl.constexpr, BLOCK_H: gl.constexpr,
+             BLOCK_N: gl.constexpr, NS: gl.constexpr):
     """Consumer warpgroup 0: q's first two latent tiles and its rope into shared memory, its
-    steps (:func:`_wg_steps`), then the other warpgroups' states merged into its own and the
+    steps (:func:`_wg_steps`), then the second warpgroup's state merged into its own and the
     output written."""
-    (q_s0, q_s1, q_s2, q_s3, q_sp, raw_ring, kp_smem, sc_smem, p_s, ready, free, p_idx, n_start, n_end, n_steps,
-     n_rows, qk_scale, q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h) = wk
     _load_q_permuted(q_s0, q_s1, q_s2, q_s3, q_sp, q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
                      stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, q_sp.shape[1], 0)
     fence_async_shared()  # q's stores (generic proxy) before the wgmma's reads
-    _wgs_sync(_NB_Q, NC)
+    _nb_sync(_NB_Q)
     acc0, acc1, acc2, acc3, b_m, b_l2 = _wg_steps(0, q_s0, q_s1, q_s2, q_s3, q_sp, raw_ring, kp_smem, sc_smem,
                                                   p_s, ready, free, p_idx, n_start, n_end, n_steps, n_rows,
-                                                  qk_scale, BLOCK_H, BLOCK_N, NS, NC)
-    _wgs_sync(_NB_DONE, NC)  # (every loop done: the ring is idle)
-    _wgs_sync(_NB_STATE, NC)
+                                                  qk_scale, BLOCK_H, BLOCK_N, NS)
+    _nb_sync(_NB_DONE)  # (both loops done: the ring is idle)
+    _nb_sync(_NB_STATE)
     T_L: gl.constexpr = _acc_layout(BLOCK_H)
-    l_sum = gl.sum(b_l2, axis=0)
-    for c in gl.static_range(1, NC):
-        acc_v, m_v, l_v = _state_views(raw_ring, BLOCK_H, NS, c)
-        m1 = gl.max(m_v.load(T_L), axis=0)
-        l1 = gl.max(l_v.load(T_L), axis=0)
-        m = gl.maximum(b_m, m1)
-        a0 = gl.exp2(b_m - m)
-        a1 = gl.exp2(m1 - m)
-        l_sum = l_sum * a0 + l1 * a1
-        f0 = a0[None, :]
-        f1 = a1[None, :]
-        acc0 = acc0 * f0 + acc_v.slice(0, 128).load(T_L) * f1
-        acc1 = acc1 * f0 + acc_v.slice(128, 128).load(T_L) * f1
-        acc2 = acc2 * f0 + acc_v.slice(256, 128).load(T_L) * f1
-        acc3 = acc3 * f0 + acc_v.slice(384, 128).load(T_L) * f1
-        b_m = m
-    regs_epilogue(acc0, acc1, acc2, acc3, b_m, l_sum, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0, n_heads,
+    acc_v, m_v, l_v = _state_views(raw_ring, BLOCK_H, NS)
+    m1 = gl.max(m_v.load(T_L), axis=0)
+    l1 = gl.max(l_v.load(T_L), axis=0)
+    m = gl.maximum(b_m, m1)
+    a0 = gl.exp2(b_m - m)
+    a1 = gl.exp2(m1 - m)
+    l_sum = gl.sum(b_l2, axis=0) * a0 + l1 * a1
+    f0 = a0[None, :]
+    f1 = a1[None, :]
+    acc0 = acc0 * f0 + acc_v.slice(0, 128).load(T_L) * f1
+    acc1 = acc1 * f0 + acc_v.slice(128, 128).load(T_L) * f1
+    acc2 = acc2 * f0 + acc_v.slice(256, 128).load(T_L) * f1
+    acc3 = acc3 * f0 + acc_v.slice(384, 128).load(T_L) * f1
+    regs_epilogue(acc0, acc1, acc2, acc3, m, l_sum, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0, n_heads,
                   stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h, HAS_SINK, PARTIAL, BLOCK_H)
 
 
 @gluon.jit
-def regs_wgk(c: gl.constexpr, wk, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, NS: gl.constexpr,
-             NC: gl.constexpr):
-    """Consumer warpgroup ``c >= 1``: q's latent tiles ``2c`` and ``2c + 1`` (if any) into
-    shared memory, its steps, then its state into the ring for warpgroup 0. ``wk``: the
-    kernel's tuple of the arguments every consumer warpgroup takes."""
-    (q_s0, q_s1, q_s2, q_s3, q_sp, raw_ring, kp_smem, sc_smem, p_s, ready, free, p_idx, n_start, n_end, n_steps,
-     n_rows, qk_scale, q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t, stride_qn_h, stride_qp_t, stride_qp_h) = wk
+def regs_wg1(q_s0, q_s1, q_s2, q_s3, q_sp, raw_ring, kp_smem, sc_smem, p_s, ready, free, p_idx, n_start, n_end,
+             n_steps, n_rows, qk_scale, q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t, stride_qn_h, stride_qp_t,
+             stride_qp_h, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, NS: gl.constexpr):
+    """Consumer warpgroup 1: q's last two latent tiles into shared memory, its steps, then its
+    state into the ring for warpgroup 0."""
     _load_q_permuted(q_s0, q_s1, q_s2, q_s3, q_sp, q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
-                     stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, q_sp.shape[1], c)
+                     stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, q_sp.shape[1], 1)
     fence_async_shared()
-    _wgs_sync(_NB_Q, NC)
-    acc0, acc1, acc2, acc3, b_m, b_l2 = _wg_steps(c, q_s0, q_s1, q_s2, q_s3, q_sp, raw_ring, kp_smem, sc_smem,
+    _nb_sync(_NB_Q)
+    acc0, acc1, acc2, acc3, b_m, b_l2 = _wg_steps(1, q_s0, q_s1, q_s2, q_s3, q_sp, raw_ring, kp_smem, sc_smem,
                                                   p_s, ready, free, p_idx, n_start, n_end, n_steps, n_rows,
-                                                  qk_scale, BLOCK_H, BLOCK_N, NS, NC)
-    _wgs_sync(_NB_DONE, NC)
-    acc_v, m_v, l_v = _state_views(raw_ring, BLOCK_H, NS, c)
+                                                  qk_scale, BLOCK_H, BLOCK_N, NS)
+    _nb_sync(_NB_DONE)
+    acc_v, m_v, l_v = _state_views(raw_ring, BLOCK_H, NS)
     m_v.store(b_m[None, :])
     l_v.store(gl.sum(b_l2, axis=0)[None, :])
     acc_v.slice(0, 128).store(acc0)
     acc_v.slice(128, 128).store(acc1)
     acc_v.slice(256, 128).store(acc2)
     acc_v.slice(384, 128).store(acc3)
-    _wgs_arrive(_NB_STATE, NC)
+    _nb_arrive(_NB_STATE)
 
 
 @gluon.jit
@@ -494,14 +464,11 @@ def regs_epilogue(acc0, acc1, acc2, acc3, b_m, b_l, sink_ptr, out_ptr, lse_ptr, 
     gl.store(p_o + 384, (acc3 * inv_l).to(out_ptr.dtype.element_ty), mask=m_o)
 
 
-# Ring slots: 4 x 41 KB beside q (18 KB at 16 heads) and four P^T tiles (8 KB) per consumer
-# warpgroup.
+# Ring slots: 4 x 41 KB beside q (18 KB at 16 heads) and four P^T tiles (8 KB).
 NS = gl.constexpr(4)
-# The consumer warpgroups, by the tile's heads; they take the steps in turn.
-CONSUMERS = {8: 2, 16: 2}
-# Registers of each consumer warpgroup, by their number; the producer (the default partition,
-# PW = 4 warps) gets the rest: 65536 / 128 - NC x CONSUMER_REGS[NC].
-CONSUMER_REGS = {2: 224, 3: 152}
+# Registers of each consumer warpgroup; the producer (the default partition, PW = 4 warps)
+# gets the rest: 65536 / 128 - 2 x CONSUMER_REGS.
+CONSUMER_REGS = gl.constexpr(224)
 
 
 @gluon.jit(do_not_specialize=_NOT_SPECIALIZED)
@@ -512,18 +479,17 @@ def sparse_mla_gluon_fp8_regs_kernel(
     stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h,
     HAS_LEN: gl.constexpr, HAS_SINK: gl.constexpr, PARTIAL: gl.constexpr,
     BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, LAT: gl.constexpr, D_PE: gl.constexpr,
-    NS: gl.constexpr, PW: gl.constexpr, NC: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+    NS: gl.constexpr, PW: gl.constexpr,
 ):
     """One program per (token, head tile, split), as kernels/attention.py's, over fp8_ds_mla
-    rows (this module's docstring), with ``NC`` (2 or 3) consumer warpgroups of
-    ``CONSUMER_REGS`` registers; ``qk_scale`` divided by Q_F16_SCALE (the launcher)."""
+    rows (this module's docstring); ``qk_scale`` divided by Q_F16_SCALE (the launcher)."""
     i_t, h0 = _tile_origin(n_heads, BLOCK_H)
     q_s0, q_s1, q_s2, q_s3, q_sp = gluon_narrow.narrow_q_tiles(gl.float16, gl.bfloat16, BLOCK_H, LAT, D_PE)
     raw_ring = gl.allocate_shared_memory(gl.uint8, [NS, BLOCK_N, RAW], FLAT)
     kp_smem = gl.allocate_shared_memory(gl.bfloat16, [NS, BLOCK_N, D_PE], SMEM)
     sc_smem = gl.allocate_shared_memory(gl.float32, [4 * NS, BLOCK_N], FLAT1)
     p_s = gl.allocate_shared_memory(
-        gl.float16, [4 * NC, BLOCK_N, BLOCK_H],
+        gl.float16, [8, BLOCK_N, BLOCK_H],
         gl.NVMMASharedLayout(swizzle_byte_width=2 * BLOCK_H if BLOCK_H >= 16 else 0, element_bitwidth=16, rank=2))
     ready = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
     free = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
@@ -536,24 +502,14 @@ def sparse_mla_gluon_fp8_regs_kernel(
     i_s = gl.program_id(1)
     n_start, n_end, n_steps = _split_range(len_ptr, i_t, i_s, split_size, topk, HAS_LEN, BLOCK_N)
     p_idx = idx_ptr + i_t * stride_idx_t
-    # the arguments every consumer warpgroup takes; the constexprs go in the call's tuple
-    # literals, which keep them constexprs (a named tuple would not)
-    wk = (q_s0, q_s1, q_s2, q_s3, q_sp, raw_ring, kp_smem, sc_smem, p_s, ready, free, p_idx, n_start, n_end, n_steps,
-          n_rows, qk_scale, q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t, stride_qn_h, stride_qp_t,
-          stride_qp_h)
-    if NC == 2:
-        gl.warp_specialize(
-            [(regs_producer, (kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, raw_ring, kp_smem, sc_smem,
-                              ready, free, BLOCK_N, NS, PW)),
-             (regs_wg0, (wk, sink_ptr, out_ptr, lse_ptr, i_s, stride_o_t, stride_o_h, stride_o_s, stride_lse_t,
-                         stride_lse_h, HAS_SINK, PARTIAL, BLOCK_H, BLOCK_N, NS, NC)),
-             (regs_wgk, (1, wk, BLOCK_H, BLOCK_N, NS, NC))],
-            [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
-    else:
-        gl.warp_specialize(
-            [(regs_producer, (kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, raw_ring, kp_smem, sc_smem,
-                              ready, free, BLOCK_N, NS, PW)),
-             (regs_wg0, (wk, sink_ptr, out_ptr, lse_ptr, i_s, stride_o_t, stride_o_h, stride_o_s, stride_lse_t,
-                         stride_lse_h, HAS_SINK, PARTIAL, BLOCK_H, BLOCK_N, NS, NC)),
-             (regs_wgk, (1, wk, BLOCK_H, BLOCK_N, NS, NC)), (regs_wgk, (2, wk, BLOCK_H, BLOCK_N, NS, NC))],
-            [4, 4, 4], [CONSUMER_REGS, CONSUMER_REGS, CONSUMER_REGS])
+    gl.warp_specialize(
+        [(regs_producer, (kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, raw_ring, kp_smem, sc_smem,
+                          ready, free, BLOCK_N, NS, PW)),
+         (regs_wg0, (q_s0, q_s1, q_s2, q_s3, q_sp, raw_ring, kp_smem, sc_smem, p_s, ready, free, p_idx, n_start,
+                     n_end, n_steps, n_rows, qk_scale, q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
+                     stride_qn_h, stride_qp_t, stride_qp_h, sink_ptr, out_ptr, lse_ptr, i_s, stride_o_t, stride_o_h,
+                     stride_o_s, stride_lse_t, stride_lse_h, HAS_SINK, PARTIAL, BLOCK_H, BLOCK_N, NS)),
+         (regs_wg1, (q_s0, q_s1, q_s2, q_s3, q_sp, raw_ring, kp_smem, sc_smem, p_s, ready, free, p_idx, n_start,
+                     n_end, n_steps, n_rows, qk_scale, q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
+                     stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, BLOCK_N, NS))],
+        [4, 4], [CONSUMER_REGS, CONSUMER_REGS])

@@ -464,10 +464,8 @@ def tile_variant(tile, fp8: bool):
     if fp8 and tile.fp8_regs:
         from . import gluon_fp8_regs
 
-        nc = gluon_fp8_regs.CONSUMERS[tile.block_h]
         return (gluon_fp8_regs.sparse_mla_gluon_fp8_regs_kernel,
-                dict(NS=gluon_fp8_regs.NS.value, PW=pw, BLOCK_H=tile.block_h, NC=nc,
-                     CONSUMER_REGS=gluon_fp8_regs.CONSUMER_REGS[nc]), tile.num_warps)
+                dict(NS=gluon_fp8_regs.NS.value, PW=pw, BLOCK_H=tile.block_h), tile.num_warps)
     if fp8:
         from . import gluon_fp8_producer
 

@@ -46,7 +46,7 @@ Measured (H100, 2026-12-07, runs 332 and 335-336; BENCHMARKS.md "Raw e4m3 rows i
 register operands"): 1.17-1.18x over kernels/gluon_fp8_producer.py's tile in prefill T=4096
 over a 32K-row cache (8 and 16 heads), 0.96-0.99x over 1M rows (1.04x at 8 heads with random
 lengths). Each warpgroup's latent dots are pipelined (:func:`_scores_pipelined`): 1.016x at 16
-heads, 1.003x at 8. The sm90 prefill table runs it up to 8 heads (configs._N8_REGS), where it
+heads, 1.003x at 8. The sm90 prefill table ran it up to 8 heads (configs._N8_REGS), where it
 beats the bf16 workspace (workspace.py) at every reuse measured (1.10-1.18x); at 16 heads the
 two tied over 32K rows (run 335).
 Nsight Compute at 16 heads (run 335) put the producer's four warps on the row ids' loads

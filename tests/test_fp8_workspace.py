@@ -108,9 +108,9 @@ def test_little_reuse_keeps_the_in_kernel_conversion(device):
 
 def test_reuse_threshold_follows_the_in_kernel_path(device, monkeypatch):
     # 8 x 64 entries over 40 rows: 12.8 per row. Enough against the Triton tiles' conversion;
-    # not against sm90's Gluon tiles of 16 and 32 heads, which the workspace never beats at 16
-    # heads and beats only from 256 at 32; enough again with 128 heads, where it beats the Gluon
-    # tile at any measured reuse.
+    # not against sm90's few-head Gluon tiles, which the workspace never beats up to 16 heads
+    # and beats only from 256 at 32; enough again with 128 heads, where it beats the Gluon tile
+    # at any measured reuse.
     prob = make_problem(t=8, h=8, k=64, n=40, fmt="fp8_ds_mla", device=device, invalid_frac=0)
 
     def taken(h, gluon):

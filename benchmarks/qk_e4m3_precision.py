@@ -8,10 +8,11 @@ score dots over the raw e4m3 bytes, with q as two e4m3 parts per head (``hi = e4
 each group's partial score then multiplied by the row's scale for that group, ``1 / s`` and
 ``1 / (16 s)``; and the same with ``s`` the power of two that brings the head's largest value
 into (224, 448] (``benchmarks/results/2026-12-07-fp8-regs-qk-e4m3.patch``): then q's scaling is
-exact and a bf16 q's 8 significant bits fit the two parts. The rope stays bf16 in both. Every product and sum here is float64 over
-operands rounded as the kernel would round them (the fp32 accumulation of the tensor cores
-is not modelled). Reported: the output's relative error against the float64 reference (the
-tests' measure; their bound for fp8_ds_mla rows is 3e-2), and the scores' largest error.
+exact and a bf16 q's 8 significant bits fit the two parts. The rope stays bf16 in both. Every
+product and sum here is float64 over operands rounded as the kernel would round them (the fp32
+accumulation of the tensor cores is not modelled). Reported: the output's relative error
+against the float64 reference (the tests' measure; their bound for fp8_ds_mla rows is 3e-2),
+and the scores' largest error.
 Usage: python benchmarks/qk_e4m3_precision.py
 """
 
@@ -60,7 +61,7 @@ def case(t, h, k, q_tail, seed=0):
 
     def raw_scores(s_q, low=True):
         hi = _e4m3(q[..., :512] * s_q)
-        lo = _e4m3(16.0 * (q[..., :512] * s_q - hi)) if low else 0.0 * hi  # (low: q's low part kept)
+        lo = _e4m3(16.0 * (q[..., :512] * s_q - hi)) if low else torch.zeros_like(hi)
         per_group = torch.einsum("thgc,tkgc->thkg", (hi + lo / 16.0).reshape(t, h, 4, 128), raw)
         return (torch.einsum("thkg,tkg->thk", per_group, scale) / s_q + s_rope) * sm
 

@@ -134,11 +134,12 @@ for s in $steps; do
         ${ENV_AB_WORKLOADS:-4096,16,bf16,N=32768 4096,8,bf16,N=32768 128,16,fp8_ds_mla} \
         "${args[@]}" ${ENV_AB_ROUNDS:+--rounds $ENV_AB_ROUNDS} ${ENV_AB_FIELD:+--field $ENV_AB_FIELD} 2>&1 | tee "$OUT/env-ab.log" | grep ENVAB ;;
     patchab) # a patch of src/ ($PATCH, e.g. one kept in benchmarks/results) against the tree: src/
-      # copied to /tmp/patched and patched, the GPU tests of $PATCH_TESTS (a pytest -k expression
-      # over tests/test_attention.py) run on it, then env_ab with PYTHONPATH at each tree in turn
+      # copied to /tmp/patched and patched (hunks outside src/, such as the compile test's
+      # counts, skipped), the GPU tests of $PATCH_TESTS (a pytest -k expression over
+      # tests/test_attention.py) run on it, then env_ab with PYTHONPATH at each tree in turn
       # (ENV_AB_WORKLOADS, ENV_AB_FIELD, ENV_AB_ROUNDS as for envab)
       rm -rf /tmp/patched && mkdir -p /tmp/patched && cp -r src /tmp/patched/ \
-        && (cd /tmp/patched && git apply "$OLDPWD/${PATCH:?set PATCH to a patch of src/}") || exit 1
+        && (cd /tmp/patched && git apply --include='src/*' "$OLDPWD/${PATCH:?set PATCH to a patch of src/}") || exit 1
       patched=$(echo "$PYTHONPATH" | sed "s#$PWD/src#/tmp/patched/src#")
       [ -n "${PATCH_TESTS:-}" ] && PYTHONPATH=$patched timeout 150 python3 -m pytest -q -x -n 8 -p no:cacheprovider \
         tests/test_attention.py -k "$PATCH_TESTS" 2>&1 | tee "$OUT/patch-tests.log" | tail -3

@@ -62,6 +62,12 @@ bytes per instruction (``COPY_ROWS``, 6 lines; 227 instructions per warp and ste
 1.077x over the four-row form at 16 heads and 1.043-1.051x at 8 (runs 341-342), and beats the
 bf16 workspace at 16 heads too (1581 against 1592 us at T=4096, 1.045x at T=1024, 1.07x at
 T=16384 over 32K rows; run 343): the sm90 prefill table runs it up to 16 heads.
+Nsight Compute at 16 heads (run 349) then found the consumers issuing on 20% of their cycles
+and the schedulers on 47%: the consumers wait on dependencies, not on issue slots. So each
+warpgroup loads its next step's row ids a step ahead (their L2 latency had been 4.6% of its
+samples) and each half-tile's raw bytes one half-tile ahead of their conversion (the
+shared-memory latency in front of each conversion, 12%): 1.017x at 16 heads over 32K rows,
+1.053x at 8, 1.028x over 1M rows (H100, run 351; the ids alone 1.014x, 1.022x, 1.024x).
 
 Shared memory per 64-row step at 16 heads: 41 KB copied in, 32 KB read by each view, the
 rope tile, q and P^T read by the dots: about 150 KB. The raw slot is free once its bytes are
@@ -143,11 +149,17 @@ def _acc_layout(BLOCK_H):
 
 
 @gluon.jit
-def _operand(view, LOAD: gl.constexpr, T_L: gl.constexpr):
-    """Raw e4m3 bytes ``view`` loaded in ``LOAD`` and converted (exactly) to fp16, as the A
-    operand of a wgmma with accumulator layout ``T_L``."""
-    b = view.load(LOAD).to(gl.float8e4nv, bitcast=True).to(gl.float16)
+def _as_operand(raw, T_L: gl.constexpr):
+    """Raw e4m3 bytes ``raw`` (as loaded in ``_QK_LOAD64`` or ``_V_LOAD``) converted (exactly)
+    to fp16, as the A operand of a wgmma with accumulator layout ``T_L``."""
+    b = raw.to(gl.float8e4nv, bitcast=True).to(gl.float16)
     return gl.convert_layout(b, gl.DotOperandLayout(operand_index=0, parent=T_L, k_width=2))
+
+
+@gluon.jit
+def _operand(view, LOAD: gl.constexpr, T_L: gl.constexpr):
+    """Raw e4m3 bytes ``view`` loaded in ``LOAD`` and converted, as :func:`_as_operand`."""
+    return _as_operand(view.load(LOAD), T_L)
 
 
 @gluon.jit
@@ -200,11 +212,18 @@ _NB_Q, _NB_DONE, _NB_STATE = gl.constexpr(8), gl.constexpr(9), gl.constexpr(10)
 
 
 @gluon.jit
-def _half_scores(qv, q_s, t: gl.constexpr, h: gl.constexpr, acc, T_L: gl.constexpr):
-    """The dot of half ``h`` (64 columns) of latent tile ``t``, issued and not waited for:
-    ``acc`` plus (``h == 1``) or in place of (``h == 0``) it. Returns the accumulator and the
-    A fragment, which stays live until the dot is waited for."""
-    a = _operand(qv.slice(128 * t + 64 * h, 64, dim=1), _QK_LOAD64, T_L)
+def _half_raw(qv, t: gl.constexpr, h: gl.constexpr):
+    """The raw bytes of half ``h`` (64 columns) of latent tile ``t``: [64, 64] uint8, 8
+    registers."""
+    return qv.slice(128 * t + 64 * h, 64, dim=1).load(_QK_LOAD64)
+
+
+@gluon.jit
+def _half_scores(raw, q_s, h: gl.constexpr, acc, T_L: gl.constexpr):
+    """The dot of the raw half-tile ``raw`` with half ``h`` of q's tile ``q_s``, issued and
+    not waited for: ``acc`` plus (``h == 1``) or in place of (``h == 0``) it. Returns the
+    accumulator and the A fragment, which stays live until the dot is waited for."""
+    a = _as_operand(raw, T_L)
     acc = warpgroup_mma(a, q_s.slice(64 * h, 64, dim=1).permute((1, 0)), acc, use_acc=h == 1, is_async=True)
     return acc, a
 
@@ -215,21 +234,31 @@ def _scores_pipelined(qv, q_s0, q_s1, q_s2, q_s3, c0, c1, c2, c3, sp, s_zero, T_
     scales, with one half-tile's dot always in flight while the previous tile's are waited
     for: tile ``t + 1``'s first half is converted and issued before tile ``t`` is waited for
     (``warpgroup_mma_wait(1)``), and its second half while that first one runs. At most three
-    A fragments of 16 registers live."""
-    st0, a0 = _half_scores(qv, q_s0, 0, 0, s_zero, T_L)
-    st0, a1 = _half_scores(qv, q_s0, 0, 1, st0, T_L)
-    st1, b0 = _half_scores(qv, q_s1, 1, 0, s_zero, T_L)
+    A fragments of 16 registers live. Each half-tile's raw bytes are loaded one half-tile
+    ahead of their conversion (``r`` and ``n``, 8 registers each), so that the shared-memory
+    latency is not waited for in front of every conversion."""
+    r = _half_raw(qv, 0, 0)
+    n = _half_raw(qv, 0, 1)
+    st0, a0 = _half_scores(r, q_s0, 0, s_zero, T_L)
+    r = _half_raw(qv, 1, 0)
+    st0, a1 = _half_scores(n, q_s0, 1, st0, T_L)
+    n = _half_raw(qv, 1, 1)
+    st1, b0 = _half_scores(r, q_s1, 0, s_zero, T_L)
     sp, st0, a0, a1 = warpgroup_mma_wait(1, deps=[sp, st0, a0, a1])
     s = sp + st0 * c0[:, None]
-    st1, b1 = _half_scores(qv, q_s1, 1, 1, st1, T_L)
-    st2, a0 = _half_scores(qv, q_s2, 2, 0, s_zero, T_L)
+    r = _half_raw(qv, 2, 0)
+    st1, b1 = _half_scores(n, q_s1, 1, st1, T_L)
+    n = _half_raw(qv, 2, 1)
+    st2, a0 = _half_scores(r, q_s2, 0, s_zero, T_L)
     st1, b0, b1 = warpgroup_mma_wait(1, deps=[st1, b0, b1])
     s = s + st1 * c1[:, None]
-    st2, a1 = _half_scores(qv, q_s2, 2, 1, st2, T_L)
-    st3, b0 = _half_scores(qv, q_s3, 3, 0, s_zero, T_L)
+    r = _half_raw(qv, 3, 0)
+    st2, a1 = _half_scores(n, q_s2, 1, st2, T_L)
+    n = _half_raw(qv, 3, 1)
+    st3, b0 = _half_scores(r, q_s3, 0, s_zero, T_L)
     st2, a0, a1 = warpgroup_mma_wait(1, deps=[st2, a0, a1])
     s = s + st2 * c2[:, None]
-    st3, b1 = _half_scores(qv, q_s3, 3, 1, st3, T_L)
+    st3, b1 = _half_scores(n, q_s3, 1, st3, T_L)
     st3, b0, b1 = warpgroup_mma_wait(0, deps=[st3, b0, b1])
     return s + st3 * c3[:, None]
 
@@ -252,6 +281,7 @@ def _wg_steps(c: gl.constexpr, q_s0, q_s1, q_s2, q_s3, q_sp, raw_ring, kp_smem, 
     acc2 = gl.zeros([128, BLOCK_H], gl.float32, layout=T_L)
     acc3 = gl.zeros([128, BLOCK_H], gl.float32, layout=T_L)
     s_zero = gl.zeros([BLOCK_N, BLOCK_H], gl.float32, layout=T_L)
+    b_idx_next = _row_ids(p_idx, n_start + c * BLOCK_N, n_end, ROW, BLOCK_N)
     for i in range(c, n_steps, 2):
         # (q's and P^T's views through an index the compiler cannot fold, so that their wgmma
         # descriptors are formed where used instead of hoisted out of the loop and spilled:
@@ -262,7 +292,10 @@ def _wg_steps(c: gl.constexpr, q_s0, q_s1, q_s2, q_s3, q_sp, raw_ring, kp_smem, 
         pt1 = p_s.index(4 * c + 1 + z)
         pt2 = p_s.index(4 * c + 2 + z)
         pt3 = p_s.index(4 * c + 3 + z)
-        b_idx = _row_ids(p_idx, n_start + i * BLOCK_N, n_end, ROW, BLOCK_N)
+        b_idx = b_idx_next
+        # (this warpgroup's next step's ids, loaded a step ahead: an L2 latency per step
+        # otherwise, 4.6% of the consumers' samples at 16 heads in run 349)
+        b_idx_next = _row_ids(p_idx, n_start + (i + 2) * BLOCK_N, n_end, ROW, BLOCK_N)
         mbarrier.wait(ready.index(slot), (i // NS) & 1)
         fence_async_shared()  # the copies before the wgmma's reads of the rope tile
         qv = _reinterpret(raw_ring.index(slot), gl.uint8, [BLOCK_N, RAW], _QK_VIEW)

@@ -65,9 +65,11 @@ T=16384 over 32K rows; run 343): the sm90 prefill table runs it up to 16 heads.
 Nsight Compute at 16 heads (run 349) then found the consumers issuing on 20% of their cycles
 and the schedulers on 47%: the consumers wait on dependencies, not on issue slots. So each
 warpgroup loads its next step's row ids a step ahead (their L2 latency had been 4.6% of its
-samples) and each half-tile's raw bytes one half-tile ahead of their conversion (the
-shared-memory latency in front of each conversion, 12%): 1.017x at 16 heads over 32K rows,
-1.053x at 8, 1.028x over 1M rows (H100, run 351; the ids alone 1.014x, 1.022x, 1.024x).
+samples) and each half-tile's raw bytes ahead of their conversion (the shared-memory latency
+in front of each conversion, 12%): one half-tile ahead, 1.017x at 16 heads over 32K rows,
+1.053x at 8, 1.028x over 1M rows (H100, run 351; the ids alone 1.014x, 1.022x, 1.024x); two
+ahead, 1.015x more at 16 heads, 1.004x at 8 (run 356; under Triton 3.6 one register of the
+softmax's cross-warp max then spills in each step loop, none under 3.8).
 
 Shared memory per 64-row step at 16 heads: 41 KB copied in, 32 KB read by each view, the
 rope tile, q and P^T read by the dots: about 150 KB. The raw slot is free once its bytes are
@@ -234,31 +236,32 @@ def _scores_pipelined(qv, q_s0, q_s1, q_s2, q_s3, c0, c1, c2, c3, sp, s_zero, T_
     scales, with one half-tile's dot always in flight while the previous tile's are waited
     for: tile ``t + 1``'s first half is converted and issued before tile ``t`` is waited for
     (``warpgroup_mma_wait(1)``), and its second half while that first one runs. At most three
-    A fragments of 16 registers live. Each half-tile's raw bytes are loaded one half-tile
-    ahead of their conversion (``r`` and ``n``, 8 registers each), so that the shared-memory
-    latency is not waited for in front of every conversion."""
-    r = _half_raw(qv, 0, 0)
-    n = _half_raw(qv, 0, 1)
-    st0, a0 = _half_scores(r, q_s0, 0, s_zero, T_L)
-    r = _half_raw(qv, 1, 0)
-    st0, a1 = _half_scores(n, q_s0, 1, st0, T_L)
-    n = _half_raw(qv, 1, 1)
-    st1, b0 = _half_scores(r, q_s1, 0, s_zero, T_L)
+    A fragments of 16 registers live. Each half-tile's raw bytes are loaded two half-tiles
+    ahead of their conversion (three of 8 registers live), so that the shared-memory latency
+    is not waited for in front of every conversion: one ahead 1.003x at 16 heads and 1.03x at
+    8, two ahead 1.015x more at 16 heads and 1.004x at 8 (H100, runs 351 and 356)."""
+    r0 = _half_raw(qv, 0, 0)
+    r1 = _half_raw(qv, 0, 1)
+    r2 = _half_raw(qv, 1, 0)
+    st0, a0 = _half_scores(r0, q_s0, 0, s_zero, T_L)
+    r3 = _half_raw(qv, 1, 1)
+    st0, a1 = _half_scores(r1, q_s0, 1, st0, T_L)
+    r4 = _half_raw(qv, 2, 0)
+    st1, b0 = _half_scores(r2, q_s1, 0, s_zero, T_L)
     sp, st0, a0, a1 = warpgroup_mma_wait(1, deps=[sp, st0, a0, a1])
     s = sp + st0 * c0[:, None]
-    r = _half_raw(qv, 2, 0)
-    st1, b1 = _half_scores(n, q_s1, 1, st1, T_L)
-    n = _half_raw(qv, 2, 1)
-    st2, a0 = _half_scores(r, q_s2, 0, s_zero, T_L)
+    r5 = _half_raw(qv, 2, 1)
+    st1, b1 = _half_scores(r3, q_s1, 1, st1, T_L)
+    r6 = _half_raw(qv, 3, 0)
+    st2, a0 = _half_scores(r4, q_s2, 0, s_zero, T_L)
     st1, b0, b1 = warpgroup_mma_wait(1, deps=[st1, b0, b1])
     s = s + st1 * c1[:, None]
-    r = _half_raw(qv, 3, 0)
-    st2, a1 = _half_scores(n, q_s2, 1, st2, T_L)
-    n = _half_raw(qv, 3, 1)
-    st3, b0 = _half_scores(r, q_s3, 0, s_zero, T_L)
+    r7 = _half_raw(qv, 3, 1)
+    st2, a1 = _half_scores(r5, q_s2, 1, st2, T_L)
+    st3, b0 = _half_scores(r6, q_s3, 0, s_zero, T_L)
     st2, a0, a1 = warpgroup_mma_wait(1, deps=[st2, a0, a1])
     s = s + st2 * c2[:, None]
-    st3, b1 = _half_scores(n, q_s3, 1, st3, T_L)
+    st3, b1 = _half_scores(r7, q_s3, 1, st3, T_L)
     st3, b0, b1 = warpgroup_mma_wait(0, deps=[st3, b0, b1])
     return s + st3 * c3[:, None]
 

@@ -239,7 +239,8 @@ def _scores_pipelined(qv, q_s0, q_s1, q_s2, q_s3, c0, c1, c2, c3, sp, s_zero, T_
     A fragments of 16 registers live. Each half-tile's raw bytes are loaded two half-tiles
     ahead of their conversion (three of 8 registers live), so that the shared-memory latency
     is not waited for in front of every conversion: one ahead 1.003x at 16 heads and 1.03x at
-    8, two ahead 1.015x more at 16 heads and 1.004x at 8 (H100, runs 351 and 356)."""
+    8, two ahead 1.015x more at 16 heads and 1.004x at 8 (H100, runs 351 and 356; under
+    Triton 3.8 1.016x and 1.012x, three ahead no more, run 358)."""
     r0 = _half_raw(qv, 0, 0)
     r1 = _half_raw(qv, 0, 1)
     r2 = _half_raw(qv, 1, 0)

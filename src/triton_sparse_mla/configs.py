@@ -253,8 +253,8 @@ _N8 = dataclasses.replace(_N16, block_h=8)
 # Prefill (T > 512) up to 8 heads (16: _N16_REGS below): the same tile with consumers that
 # convert the raw e4m3 rows into register operands (kernels/gluon_fp8_regs.py), kept in the
 # kernel at every reuse (workspace.MIN_REUSE_GLUON). Each against its baseline in one run, on
-# an H100 (2026-12-07, runs 332, 335-336; BENCHMARKS.md "Raw e4m3 rows into register operands"): over 32K rows
-# 1.18x over _N8 in the kernel (T=4096), and 1.13x, 1.10x, 1.18x over the bf16 workspace at
+# an H100 (2026-12-07, runs 332, 335-336; BENCHMARKS.md "Raw e4m3 rows into register
+# operands"): over 32K rows 1.18x over _N8 in the kernel (T=4096), and 1.13x, 1.10x, 1.18x over the bf16 workspace at
 # T=4096, 16384, 1024 (1479 against 1667 us at T=4096; 1.90x of FlashMLA there, against
 # 1.68-1.69x through the workspace in runs 315 and 317); over 1M rows as _N8 (1.63-1.64x of
 # FlashMLA against 1.62-1.65x in runs 315 and 317). Its producer with the ids a step ahead

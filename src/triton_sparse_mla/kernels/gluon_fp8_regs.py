@@ -159,12 +159,6 @@ def _as_operand(raw, T_L: gl.constexpr):
 
 
 @gluon.jit
-def _operand(view, LOAD: gl.constexpr, T_L: gl.constexpr):
-    """Raw e4m3 bytes ``view`` loaded in ``LOAD`` and converted, as :func:`_as_operand`."""
-    return _as_operand(view.load(LOAD), T_L)
-
-
-@gluon.jit
 def _load_q_permuted(q_s0, q_s1, q_s2, q_s3, q_sp, q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
                      stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H: gl.constexpr, D_PE: gl.constexpr,
                      c: gl.constexpr):
@@ -323,17 +317,17 @@ def _wg_steps(c: gl.constexpr, q_s0, q_s1, q_s2, q_s3, q_sp, raw_ring, kp_smem, 
         pt2.store((p * c2[:, None]).to(gl.float16))
         pt3.store((p * c3[:, None]).to(gl.float16))
         vv = _reinterpret(raw_ring.index(slot), gl.uint8, [RAW, BLOCK_N], _V_VIEW)
-        v0 = _operand(vv.slice(0, 128, dim=0), _V_LOAD, T_L)
-        v1 = _operand(vv.slice(128, 128, dim=0), _V_LOAD, T_L)
+        v0 = _as_operand(vv.slice(0, 128, dim=0).load(_V_LOAD), T_L)
+        v1 = _as_operand(vv.slice(128, 128, dim=0).load(_V_LOAD), T_L)
         fence_async_shared()  # this thread's part of P^T, for the wgmma
         _barrier()  # every thread of the warpgroup's part
         # (at most two V fragments live, and a third loading)
         acc0 = warpgroup_mma(v0, pt0, acc0, is_async=True)
         acc1 = warpgroup_mma(v1, pt1, acc1, is_async=True)
-        v2 = _operand(vv.slice(256, 128, dim=0), _V_LOAD, T_L)
+        v2 = _as_operand(vv.slice(256, 128, dim=0).load(_V_LOAD), T_L)
         acc0, v0 = warpgroup_mma_wait(1, deps=[acc0, v0])
         acc2 = warpgroup_mma(v2, pt2, acc2, is_async=True)
-        v3 = _operand(vv.slice(384, 128, dim=0), _V_LOAD, T_L)
+        v3 = _as_operand(vv.slice(384, 128, dim=0).load(_V_LOAD), T_L)
         # every thread of the warpgroup has its raw bytes in registers: the slot is free
         _arrive_all(free.index(slot))
         acc1, v1 = warpgroup_mma_wait(1, deps=[acc1, v1])

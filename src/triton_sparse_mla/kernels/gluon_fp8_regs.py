@@ -1,5 +1,6 @@
-"""sm90's few-head Gluon kernel over fp8_ds_mla rows whose consumers read the rows' raw e4m3
-bytes and convert them into the wgmma's register operand (``TileConfig.fp8_regs``).
+"""sm90's few-head Gluon kernel over fp8_ds_mla rows whose dots read the rows' raw e4m3 bytes:
+the score dots as e4m3 wgmmas straight from shared memory, the PV dots from registers the
+consumers convert them into (``TileConfig.fp8_regs``).
 
 In kernels/gluon_fp8_producer.py the producer dequantizes each tile into a 16-bit operand
 slot that both dots read from shared memory. At 16 heads a 64-row step then moves about
@@ -8,29 +9,31 @@ by the score dots and again, transposed, by the PV dots), the busiest unit in th
 profiles (docs/performance-plan.md).
 
 Here the producer only copies: each row's 512 e4m3 bytes, its 4 scales and its bf16 rope,
-into a ring of ``NS`` slots of 41 KB (four fit where two 16-bit slots did). The consumers
-load the raw bytes straight into the register layout of a wgmma's A operand, convert them
-to fp16 (exact: every e4m3 value is an fp16 value) and issue the dots from registers:
+into a ring of ``NS`` slots of 41 KB (four fit where two 16-bit slots did), each latent tile
+of the slot [64 rows, 128 bytes] apart in the wgmma's 128-byte swizzle (``_COPY_VIEW``). Then:
 
-* scores ``S^T [64 rows, H] = sum_t s_t * (K_t . q_t^T) + K_rope . q_rope^T``: one dot
-  chain per 128-column latent tile ``t`` on the raw values, each scaled by its rows' scale
-  ``s_t`` in fp32 afterwards (the scale is per row, the dot's M);
-* output ``O_t^T [128 columns, H] += V_t^T . (P * s_t)^T``: the scale of row ``r`` (the
-  dot's K) multiplies the probabilities, four P^T tiles a step, each times 2^8 (divided out
-  at the end). P * s * 2^8 stays finite in fp16 for any scale below 2^8 (a latent tile's
-  largest value below 2^8 x 448); a tiny scale costs only fp16's absolute subnormal step.
+* scores ``S^T [64 rows, H] = sum_t s_t * (K_t . q_t^T) + K_rope . q_rope^T``: per 128-column
+  latent tile ``t`` a chain of e4m3 wgmmas (k32) whose A operand is the raw tile in shared
+  memory (``_TILES``), no conversion, against q's tile in two e4m3 parts per head side by
+  side along N (``hi = e4m3(q f)``, ``lo = e4m3(16 (q f - hi))``, ``f`` a power of two per
+  head that brings its largest latent value into (224, 448]: a bf16 q's 8 significant bits
+  held exactly unless the low part falls below e4m3's normal range); the parts summed in
+  registers, each tile scaled by its rows' scale ``s_t`` in fp32 afterwards (the scale is
+  per row, the dot's M) and the sum by ``1 / f`` per head;
+* output ``O_t^T [128 columns, H] += V_t^T . (P * s_t)^T``: the consumers load the raw bytes
+  into the register layout of a wgmma's A operand and convert them to fp16 (exact: every
+  e4m3 value is an fp16 value). The scale of row ``r`` (the dot's K) multiplies the
+  probabilities, four P^T tiles a step, each times 2^8 (divided out at the end). P * s * 2^8
+  stays finite in fp16 for any scale below 2^8 (a latent tile's largest value below 2^8 x
+  448); a tiny scale costs only fp16's absolute subnormal step.
 
 A wgmma's A fragment gives each thread pairs of K-adjacent values, in columns 8 apart and
-rows 8 apart; read as it stands that is a shared-memory access of 2 bytes. But the order
-of a dot's K dimension is free, and so is the order of the output's columns (M of the PV
-dots) if the epilogue writes each to its place. So each view of the raw bytes names them in
-an order in which a thread's values lie side by side: the score dots' view (``_QK_VIEW``)
-maps a thread's 16 values of a row to 16 consecutive bytes (one 16-byte load), q is stored
-with its columns in the same order; the PV dots' view (``_V_VIEW``) maps a thread's 4
-output columns to 4 consecutive bytes of a row (one 4-byte load per row), the epilogue
-stores column ``m`` of tile ``t`` at ``128 t + _v_col(m)``. Rows are copied with their
-16-byte chunks swizzled by row (``_COPY_VIEW``) so that both views' loads are free of bank
-conflicts. All three are linear maps of the byte offset (``gl.SharedLinearLayout``).
+rows 8 apart; read as it stands that is a shared-memory access of 2 bytes. But the order of
+the output's columns (M of the PV dots) is free if the epilogue writes each to its place. So
+the PV dots' view of the raw bytes (``_V_VIEW``) maps a thread's 4 output columns to 4
+consecutive bytes of a row (one 4-byte load per row), and the epilogue stores column ``m`` of
+tile ``t`` at ``128 t + _v_col(m)``; under the copy's swizzle those loads are free of bank
+conflicts. Both views are linear maps of the byte offset (``gl.SharedLinearLayout``).
 
 Two consumer warpgroups take alternate steps, each with its own accumulators, running max and
 denominators (few heads need few registers), and merge them at the end: the conversions
@@ -45,8 +48,8 @@ and three consumer warpgroups"; the patches in benchmarks/results apply at commi
 Measured (H100, 2026-12-07, runs 332 and 335-336; BENCHMARKS.md "Raw e4m3 rows into
 register operands"): 1.17-1.18x over kernels/gluon_fp8_producer.py's tile in prefill T=4096
 over a 32K-row cache (8 and 16 heads), 0.96-0.99x over 1M rows (1.04x at 8 heads with random
-lengths). Each warpgroup's latent dots are pipelined (:func:`_scores_pipelined`): 1.016x at 16
-heads, 1.003x at 8. The sm90 prefill table ran it up to 8 heads (configs._N8_REGS), where it
+lengths). Each warpgroup's latent dots, then from registers, pipelined over 64-column halves:
+1.016x at 16 heads, 1.003x at 8. The sm90 prefill table ran it up to 8 heads (configs._N8_REGS), where it
 beats the bf16 workspace (workspace.py) at every reuse measured (1.10-1.18x); at 16 heads the
 two tied over 32K rows (run 335).
 Nsight Compute at 16 heads (run 335) put the producer's four warps on the row ids' loads
@@ -69,11 +72,21 @@ samples) and each half-tile's raw bytes ahead of their conversion (the shared-me
 in front of each conversion, 12%): one half-tile ahead, 1.017x at 16 heads over 32K rows,
 1.053x at 8, 1.028x over 1M rows (H100, run 351; the ids alone 1.014x, 1.022x, 1.024x); two
 ahead, 1.015x more at 16 heads, 1.004x at 8 (run 356; under Triton 3.6 one register of the
-softmax's cross-warp max then spills in each step loop, none under 3.8).
+softmax's cross-warp max then spilled in each step loop, none under 3.8).
+The score dots then moved to shared memory as e4m3 wgmmas on the raw tiles (no loads into
+registers, no conversion; the consumers' loop 902 instructions per step at 16 heads where it
+was 1038, no spill under Triton 3.6 either): 1.012x and 1.014x at 16 heads (T=4096 and 16384
+over 32K rows, three rounds), 1.003x at 8 (H100, runs 363-364). With their A fragments in
+registers instead (a kept patch, 2026-12-07-fp8-regs-qk-e4m3.patch) the same dots gave wrong
+results, likeliest because Triton's wgmma wait takes no 8-bit values, so nothing held those
+registers until the dots had read them. (Nsight Compute, run 362, before this change: the
+16-head step kept the tensor pipe busy 20% of its cycles, the ALU pipe 41%; the bound is
+each consumer warpgroup's chain, BENCHMARKS.md "The barriers the compiler places".)
 
-Shared memory per 64-row step at 16 heads: 41 KB copied in, 32 KB read by each view, the
-rope tile, q and P^T read by the dots: about 150 KB. The raw slot is free once its bytes are
-in registers, before the last PV dots run. Ring 4 x 41 KB, q 18 KB, P^T 2 x 4 x 2 KB: 199 KB.
+Shared memory per 64-row step at 16 heads: 41 KB copied in, 32 KB read by the score dots and
+32 KB by the PV view, the rope tile, q and P^T read by the dots: about 150 KB. The raw slot is
+free once the score dots are done and the PV view's bytes are in registers, before the last PV
+dots run. Ring 4 x 41 KB, q 18 KB, P^T 2 x 4 x 2 KB: 199 KB.
 
 Import only where Gluon is available and not under the interpreter (as gluon_sm90).
 """
@@ -87,8 +100,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 from . import gluon_narrow
 from .gluon_pingpong import _nb_arrive, _nb_sync, _opaque_zero, _q_fresh
 from .gluon_sm90 import (FLAT, FLAT1, Q_F16_SCALE, SMEM, _NOT_SPECIALIZED, _arrive_all, _async_load, _barrier,
-                         _lse_and_scale, _pass_ids, _pass_row, _reinterpret, _row_ids, _split_range, _tile_origin,
-                         q_to_f16)
+                         _lse_and_scale, _pass_ids, _pass_row, _reinterpret, _row_ids, _split_range, _tile_origin)
 
 # The latent row: 512 e4m3 bytes in four tiles of 128 columns, then 4 fp32 scales and the bf16
 # rope (formats.FP8_ROPE_BYTE).
@@ -98,44 +110,32 @@ P_SCALE = gl.constexpr(256.0)
 P_UNSCALE = gl.constexpr(1.0 / 256.0)
 
 # A raw slot [64 rows, 512 bytes] as the producer's copies see it (logical row, byte of the row):
-# offset bits 0-8 the byte, 9-14 the row, and the row's bits 0-2 flip bits 2 and 1 of its
-# 16-byte chunk index (offsets 64 and 32), so that both views below load without conflicts.
+# the four latent tiles apart, each [64 rows, 128 bytes] in wgmma's 128-byte swizzle (a row's
+# 16-byte chunk index XOR the row's bits 0-2), so that the score dots read their A operand
+# straight from it (``_TILES``): offset bits 0-6 the byte of the tile's row (bits 4-6 flipped by
+# the row's bits 0-2), 7-12 the row, 13-14 the tile.
 _COPY_VIEW = gl.constexpr(gl.SharedLinearLayout(offset_bases=[
-    [0, 1], [0, 2], [0, 4], [0, 8], [0, 16], [0, 32], [0, 64], [0, 128], [0, 256],
-    [1, 64], [2, 32], [4, 64], [8, 0], [16, 0], [32, 0]]))
-# The score dots' view [row, 128 * tile + k]: byte bits 0-3 are k's bits 0, 3, 4, 5 (the
-# thread's registers), bits 4-5 k's bits 1-2 (its lane), bit 6 k's bit 6; bits 7-8 the tile.
-_QK_VIEW = gl.constexpr(gl.SharedLinearLayout(offset_bases=[
-    [0, 1], [0, 8], [0, 16], [0, 32], [0, 2], [0, 4], [0, 64], [0, 128], [0, 256],
-    [1, 64], [2, 4], [4, 64], [8, 0], [16, 0], [32, 0]]))
+    [0, 1], [0, 2], [0, 4], [0, 8], [0, 16], [0, 32], [0, 64], [1, 16], [2, 32], [4, 64],
+    [8, 0], [16, 0], [32, 0], [0, 128], [0, 256]]))
+# The same bytes as the score dots' A operands: [4 tiles, 64 rows, 128] e4m3.
+_TILES = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2))
 # The PV dots' view [128 * tile + m, row] (V^T): byte bits 0-1 are m's bits 3 and 6
-# (registers), 2-4 m's bits 0-2 (lanes), 5-6 m's bits 4-5 (warps).
+# (registers), 2-4 m's bits 0-2 (lanes), 5-6 m's bits 4-5 (warps), under the copy's swizzle.
 _V_VIEW = gl.constexpr(gl.SharedLinearLayout(offset_bases=[
-    [8, 0], [64, 0], [1, 0], [2, 0], [4, 0], [16, 0], [32, 0], [128, 0], [256, 0],
-    [32, 1], [16, 2], [32, 4], [0, 8], [0, 16], [0, 32]]))
+    [8, 0], [64, 0], [1, 0], [2, 0], [4, 0], [16, 0], [32, 0], [4, 1], [16, 2], [32, 4],
+    [0, 8], [0, 16], [0, 32], [128, 0], [256, 0]]))
+# q's e4m3 tiles [2 x BLOCK_H, 128]: row h holds head h's high part, BLOCK_H + h its low part.
+Q8_SMEM = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2))
+E4M3_MAX = gl.constexpr(448.0)
 
-# The raw bytes as loaded: a wgmma A fragment of one warpgroup (4 warps along M) with its
-# registers reordered so that those side by side in shared memory come first. [64, 128] for
-# the score dots (16 bytes of a row), [128, 64] for the PV dots (4 bytes of a row). The same
-# values per thread as gl.DotOperandLayout(0, T_L, 2) holds: converting is a renaming.
-_QK_LOAD = gl.constexpr(gl.DistributedLinearLayout(
-    reg_bases=[[0, 1], [0, 8], [0, 16], [0, 32], [8, 0], [0, 64]],
-    lane_bases=[[0, 2], [0, 4], [1, 0], [2, 0], [4, 0]], warp_bases=[[16, 0], [32, 0]], block_bases=[],
-    shape=[64, 128]))
-_QK_LOAD64 = gl.constexpr(gl.DistributedLinearLayout(
-    reg_bases=[[0, 1], [0, 8], [0, 16], [0, 32], [8, 0]],
-    lane_bases=[[0, 2], [0, 4], [1, 0], [2, 0], [4, 0]], warp_bases=[[16, 0], [32, 0]], block_bases=[],
-    shape=[64, 64]))
+# The raw bytes as the PV dots load them [128, 64]: a wgmma A fragment of one warpgroup (4
+# warps along M) with its registers reordered so that those side by side in shared memory (4
+# bytes of a row) come first. The same values per thread as gl.DotOperandLayout(0, T_L, 2)
+# holds: converting is a renaming.
 _V_LOAD = gl.constexpr(gl.DistributedLinearLayout(
     reg_bases=[[8, 0], [64, 0], [0, 1], [0, 8], [0, 16], [0, 32]],
     lane_bases=[[0, 2], [0, 4], [1, 0], [2, 0], [4, 0]], warp_bases=[[16, 0], [32, 0]], block_bases=[],
     shape=[128, 64]))
-
-
-@gluon.jit
-def _qk_col(k):
-    """The byte of a 128-column tile that the score dots' view names column ``k``."""
-    return (k & 1) | (((k >> 3) & 7) << 1) | (((k >> 1) & 3) << 4) | (k & 64)
 
 
 @gluon.jit
@@ -152,36 +152,54 @@ def _acc_layout(BLOCK_H):
 
 @gluon.jit
 def _as_operand(raw, T_L: gl.constexpr):
-    """Raw e4m3 bytes ``raw`` (as loaded in ``_QK_LOAD64`` or ``_V_LOAD``) converted (exactly)
-    to fp16, as the A operand of a wgmma with accumulator layout ``T_L``."""
+    """Raw e4m3 bytes ``raw`` (as loaded in ``_V_LOAD``) converted (exactly) to fp16, as the
+    A operand of a wgmma with accumulator layout ``T_L``."""
     b = raw.to(gl.float8e4nv, bitcast=True).to(gl.float16)
     return gl.convert_layout(b, gl.DotOperandLayout(operand_index=0, parent=T_L, k_width=2))
 
 
 @gluon.jit
-def _load_q_permuted(q_s0, q_s1, q_s2, q_s3, q_sp, q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
-                     stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H: gl.constexpr, D_PE: gl.constexpr,
-                     c: gl.constexpr):
+def _store_q8(q_s, b_q, q_scale, BLOCK_H: gl.constexpr):
+    """One latent tile of q ``b_q`` [BLOCK_H, 128] fp32 times ``q_scale`` per head as two e4m3
+    parts into ``q_s``: rows h the high part, BLOCK_H + h 16 x the rest."""
+    b_q = b_q * q_scale[:, None]
+    hi = b_q.to(gl.float8e4nv)
+    q_s.slice(0, BLOCK_H).store(hi)
+    q_s.slice(BLOCK_H, BLOCK_H).store(((b_q - hi.to(gl.float32)) * 16.0).to(gl.float8e4nv))
+
+
+@gluon.jit
+def _load_q8(q_s0, q_s1, q_s2, q_s3, q_sp, q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t, stride_qn_h,
+             stride_qp_t, stride_qp_h, BLOCK_H: gl.constexpr, D_PE: gl.constexpr, c: gl.constexpr):
     """Consumer warpgroup ``c``'s half of q into shared memory: latent tiles ``2c`` and ``2c +
-    1`` in fp16 with their columns in the score view's order (``_qk_col``), and for ``c == 0``
-    the rope in bf16, all times Q_F16_SCALE (gluon_sm90.q_to_f16)."""
+    1`` as two e4m3 parts per head (``hi = e4m3(q x s)``, ``lo = e4m3(16 (q x s - hi))``, rows h
+    and BLOCK_H + h), and for ``c == 0`` the rope in bf16 times Q_F16_SCALE. ``s`` is a power of
+    two per head that brings its largest latent value into (224, 448]; returns Q_F16_SCALE / s
+    [BLOCK_H] in the layout of the scores' columns (both warpgroups compute it from all four
+    tiles)."""
     G: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])
     o_h = h0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, G))
     m_h = (o_h < n_heads)[:, None]
-    o_k = _qk_col(gl.arange(0, 128, layout=gl.SliceLayout(0, G)))
+    o_k = gl.arange(0, 128, layout=gl.SliceLayout(0, G))
     p_q = (q_nope_ptr + i_t * stride_qn_t + o_h * stride_qn_h)[:, None] + o_k[None, :]
-    for t in gl.static_range(2 * c, 2 * c + 2):
-        b_q = q_to_f16(gl.load(p_q + 128 * t, mask=m_h, other=0.0))
-        if t == 0:
-            q_s0.store(b_q)
-        elif t == 1:
-            q_s1.store(b_q)
-        elif t == 2:
-            q_s2.store(b_q)
-        else:
-            q_s3.store(b_q)
+    # all four tiles, for each head's largest value; this warpgroup's two quantized
+    b_0 = gl.load(p_q, mask=m_h, other=0.0).to(gl.float32)
+    b_1 = gl.load(p_q + 128, mask=m_h, other=0.0).to(gl.float32)
+    b_2 = gl.load(p_q + 256, mask=m_h, other=0.0).to(gl.float32)
+    b_3 = gl.load(p_q + 384, mask=m_h, other=0.0).to(gl.float32)
+    amax = gl.maximum(gl.maximum(gl.max(gl.abs(b_0), axis=1), gl.max(gl.abs(b_1), axis=1)),
+                      gl.maximum(gl.max(gl.abs(b_2), axis=1), gl.max(gl.abs(b_3), axis=1)))
+    amax = gl.where(amax > 0.0, amax, 1.0)
+    q_scale = gl.exp2(gl.floor(gl.log2(E4M3_MAX / amax)))
+    if c == 0:
+        _store_q8(q_s0, b_0, q_scale, BLOCK_H)
+        _store_q8(q_s1, b_1, q_scale, BLOCK_H)
+    else:
+        _store_q8(q_s2, b_2, q_scale, BLOCK_H)
+        _store_q8(q_s3, b_3, q_scale, BLOCK_H)
     if c == 0:
         _load_q_rope(q_sp, q_pe_ptr, i_t, h0, n_heads, stride_qp_t, stride_qp_h, BLOCK_H, D_PE)
+    return gl.convert_layout(Q_F16_SCALE / q_scale, gl.SliceLayout(0, _acc_layout(BLOCK_H)))
 
 
 @gluon.jit
@@ -207,66 +225,47 @@ def _scale_col(sc_smem, slot, t: gl.constexpr, LAYOUT: gl.constexpr):
 _NB_Q, _NB_DONE, _NB_STATE = gl.constexpr(8), gl.constexpr(9), gl.constexpr(10)
 
 
-@gluon.jit
-def _half_raw(qv, t: gl.constexpr, h: gl.constexpr):
-    """The raw bytes of half ``h`` (64 columns) of latent tile ``t``: [64, 64] uint8, 8
-    registers."""
-    return qv.slice(128 * t + 64 * h, 64, dim=1).load(_QK_LOAD64)
+@gluon.constexpr_function
+def _acc8_layout(BLOCK_H):
+    """The fp8 score dots' accumulators: one warpgroup, both parts of each head along N."""
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 2 * BLOCK_H, 32])
 
 
 @gluon.jit
-def _half_scores(raw, q_s, h: gl.constexpr, acc, T_L: gl.constexpr):
-    """The dot of the raw half-tile ``raw`` with half ``h`` of q's tile ``q_s``, issued and
-    not waited for: ``acc`` plus (``h == 1``) or in place of (``h == 0``) it. Returns the
-    accumulator and the A fragment, which stays live until the dot is waited for."""
-    a = _as_operand(raw, T_L)
-    acc = warpgroup_mma(a, q_s.slice(64 * h, 64, dim=1).permute((1, 0)), acc, use_acc=h == 1, is_async=True)
-    return acc, a
+def _pair_sum(st, T_L: gl.constexpr):
+    """Each head's two parts summed, the low one divided by 16: [64, 2 x BLOCK_H] -> [64,
+    BLOCK_H] in ``T_L`` (columns h and BLOCK_H + h are registers of one thread, and the sum
+    has T_L's place for head h)."""
+    hi, lo = st.reshape([st.shape[0], 2, st.shape[1] // 2]).permute((0, 2, 1)).split()
+    return gl.convert_layout(hi + lo * 0.0625, T_L, assert_trivial=True)
 
 
 @gluon.jit
-def _scores_pipelined(qv, q_s0, q_s1, q_s2, q_s3, c0, c1, c2, c3, sp, s_zero, T_L: gl.constexpr):
-    """The scores ``sp`` (the rope dot's, issued) plus each latent tile's times its rows'
-    scales, with one half-tile's dot always in flight while the previous tile's are waited
-    for: tile ``t + 1``'s first half is converted and issued before tile ``t`` is waited for
-    (``warpgroup_mma_wait(1)``), and its second half while that first one runs. At most three
-    A fragments of 16 registers live. Each half-tile's raw bytes are loaded two half-tiles
-    ahead of their conversion (three of 8 registers live), so that the shared-memory latency
-    is not waited for in front of every conversion: one ahead 1.003x at 16 heads and 1.03x at
-    8, two ahead 1.015x more at 16 heads and 1.004x at 8 (H100, runs 351 and 356; under
-    Triton 3.8 1.016x and 1.012x, three ahead no more, run 358)."""
-    r0 = _half_raw(qv, 0, 0)
-    r1 = _half_raw(qv, 0, 1)
-    r2 = _half_raw(qv, 1, 0)
-    st0, a0 = _half_scores(r0, q_s0, 0, s_zero, T_L)
-    r3 = _half_raw(qv, 1, 1)
-    st0, a1 = _half_scores(r1, q_s0, 1, st0, T_L)
-    r4 = _half_raw(qv, 2, 0)
-    st1, b0 = _half_scores(r2, q_s1, 0, s_zero, T_L)
-    sp, st0, a0, a1 = warpgroup_mma_wait(1, deps=[sp, st0, a0, a1])
-    s = sp + st0 * c0[:, None]
-    r5 = _half_raw(qv, 2, 1)
-    st1, b1 = _half_scores(r3, q_s1, 1, st1, T_L)
-    r6 = _half_raw(qv, 3, 0)
-    st2, a0 = _half_scores(r4, q_s2, 0, s_zero, T_L)
-    st1, b0, b1 = warpgroup_mma_wait(1, deps=[st1, b0, b1])
-    s = s + st1 * c1[:, None]
-    r7 = _half_raw(qv, 3, 1)
-    st2, a1 = _half_scores(r5, q_s2, 1, st2, T_L)
-    st3, b0 = _half_scores(r6, q_s3, 0, s_zero, T_L)
-    st2, a0, a1 = warpgroup_mma_wait(1, deps=[st2, a0, a1])
-    s = s + st2 * c2[:, None]
-    st3, b1 = _half_scores(r7, q_s3, 1, st3, T_L)
-    st3, b0, b1 = warpgroup_mma_wait(0, deps=[st3, b0, b1])
-    return s + st3 * c3[:, None]
+def _scores_fp8(tiles, q_s0, q_s1, q_s2, q_s3, c0, c1, c2, c3, q_f, sp, zero8, T_L: gl.constexpr):
+    """The scores ``sp`` (the rope dot's, issued) plus each latent tile's e4m3 dots, A the raw
+    tile in shared memory (``tiles``), times its rows' scales and ``q_f`` per head (q's parts
+    back to Q_F16_SCALE); the next tile's dots in flight while one tile's are summed."""
+    st0 = warpgroup_mma(tiles.index(0), q_s0.permute((1, 0)), zero8, use_acc=False, is_async=True)
+    st1 = warpgroup_mma(tiles.index(1), q_s1.permute((1, 0)), zero8, use_acc=False, is_async=True)
+    st0 = warpgroup_mma_wait(1, deps=[st0])
+    lat = _pair_sum(st0, T_L) * c0[:, None]
+    st2 = warpgroup_mma(tiles.index(2), q_s2.permute((1, 0)), zero8, use_acc=False, is_async=True)
+    st1 = warpgroup_mma_wait(1, deps=[st1])
+    lat = lat + _pair_sum(st1, T_L) * c1[:, None]
+    st3 = warpgroup_mma(tiles.index(3), q_s3.permute((1, 0)), zero8, use_acc=False, is_async=True)
+    st2 = warpgroup_mma_wait(1, deps=[st2])
+    lat = lat + _pair_sum(st2, T_L) * c2[:, None]
+    sp, st3 = warpgroup_mma_wait(0, deps=[sp, st3])
+    lat = lat + _pair_sum(st3, T_L) * c3[:, None]
+    return sp + lat * q_f[None, :]
 
 
 @gluon.jit
-def _wg_steps(c: gl.constexpr, q_s0, q_s1, q_s2, q_s3, q_sp, raw_ring, kp_smem, sc_smem, p_s, ready, free, p_idx,
+def _wg_steps(c: gl.constexpr, q_s0, q_s1, q_s2, q_s3, q_sp, q_f, raw_ring, kp_smem, sc_smem, p_s, ready, free, p_idx,
               n_start, n_end, n_steps, n_rows, qk_scale, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
               NS: gl.constexpr):
-    """Consumer warpgroup ``c``'s steps ``c, c + 2, ...``: the scores from the raw bytes, the
-    online softmax along the rows (as kernels/gluon_narrow.py's), its four scaled P^T tiles
+    """Consumer warpgroup ``c``'s steps ``c, c + 2, ...``: the scores from the raw tiles
+    (:func:`_scores_fp8`, q's parts back to scale by ``q_f`` per head), the online softmax along the rows (as kernels/gluon_narrow.py's), its four scaled P^T tiles
     (``p_s[4c : 4c + 4]``), the slot freed, the PV dots. Returns its four output accumulators
     [128, BLOCK_H] (columns in ``_v_col`` order, times P_SCALE), running max and per-entry
     denominators."""
@@ -279,6 +278,7 @@ def _wg_steps(c: gl.constexpr, q_s0, q_s1, q_s2, q_s3, q_sp, raw_ring, kp_smem, 
     acc2 = gl.zeros([128, BLOCK_H], gl.float32, layout=T_L)
     acc3 = gl.zeros([128, BLOCK_H], gl.float32, layout=T_L)
     s_zero = gl.zeros([BLOCK_N, BLOCK_H], gl.float32, layout=T_L)
+    zero8 = gl.zeros([BLOCK_N, 2 * BLOCK_H], gl.float32, layout=_acc8_layout(BLOCK_H))
     b_idx_next = _row_ids(p_idx, n_start + c * BLOCK_N, n_end, ROW, BLOCK_N)
     for i in range(c, n_steps, 2):
         # (q's and P^T's views through an index the compiler cannot fold, so that their wgmma
@@ -295,20 +295,17 @@ def _wg_steps(c: gl.constexpr, q_s0, q_s1, q_s2, q_s3, q_sp, raw_ring, kp_smem, 
         # otherwise, 4.6% of the consumers' samples at 16 heads in run 349)
         b_idx_next = _row_ids(p_idx, n_start + (i + 2) * BLOCK_N, n_end, ROW, BLOCK_N)
         mbarrier.wait(ready.index(slot), (i // NS) & 1)
-        fence_async_shared()  # the copies before the wgmma's reads of the rope tile
-        qv = _reinterpret(raw_ring.index(slot), gl.uint8, [BLOCK_N, RAW], _QK_VIEW)
-        # One dot chain per latent tile over its two 64-column halves, scaled by its rows'
-        # scales once done (_scores_pipelined); A fragments of 16 registers, at most three live
-        # (with all four 128-column fragments of 32, ptxas serializes every wgmma for want of
-        # registers, its remark C7512; with two, the consumers spill at 224 registers)
+        fence_async_shared()  # the copies before the wgmma's reads of the slot
+        # the slot's four latent tiles as the score dots' A operands
+        tiles = _reinterpret(raw_ring.index(slot), gl.float8e4nv, [4, BLOCK_N, 128], _TILES)
         c0 = _scale_col(sc_smem, slot, 0, ROW)
         c1 = _scale_col(sc_smem, slot, 1, ROW)
         c2 = _scale_col(sc_smem, slot, 2, ROW)
         c3 = _scale_col(sc_smem, slot, 3, ROW)
         sp = warpgroup_mma(kp_smem.index(slot), _q_fresh(q_sp, z).permute((1, 0)), s_zero, use_acc=False,
                            is_async=True)
-        s = _scores_pipelined(qv, _q_fresh(q_s0, z), _q_fresh(q_s1, z), _q_fresh(q_s2, z), _q_fresh(q_s3, z), c0,
-                              c1, c2, c3, sp, s_zero, T_L)
+        s = _scores_fp8(tiles, _q_fresh(q_s0, z), _q_fresh(q_s1, z), _q_fresh(q_s2, z), _q_fresh(q_s3, z), c0,
+                        c1, c2, c3, q_f, sp, zero8, T_L)
         p, b_m, b_l2, acc0, acc1, acc2, acc3 = gluon_narrow.narrow_probs(s, b_idx, n_rows, qk_scale, b_m, b_l2,
                                                                          acc0, acc1, acc2, acc3)
         p = p * P_SCALE
@@ -328,7 +325,8 @@ def _wg_steps(c: gl.constexpr, q_s0, q_s1, q_s2, q_s3, q_sp, raw_ring, kp_smem, 
         acc0, v0 = warpgroup_mma_wait(1, deps=[acc0, v0])
         acc2 = warpgroup_mma(v2, pt2, acc2, is_async=True)
         v3 = _as_operand(vv.slice(384, 128, dim=0).load(_V_LOAD), T_L)
-        # every thread of the warpgroup has its raw bytes in registers: the slot is free
+        # the score dots are done and every thread of the warpgroup has its V bytes in
+        # registers: the slot is free
         _arrive_all(free.index(slot))
         acc1, v1 = warpgroup_mma_wait(1, deps=[acc1, v1])
         acc3 = warpgroup_mma(v3, pt3, acc3, is_async=True)
@@ -355,11 +353,11 @@ def regs_wg0(q_s0, q_s1, q_s2, q_s3, q_sp, raw_ring, kp_smem, sc_smem, p_s, read
     """Consumer warpgroup 0: q's first two latent tiles and its rope into shared memory, its
     steps (:func:`_wg_steps`), then the second warpgroup's state merged into its own and the
     output written."""
-    _load_q_permuted(q_s0, q_s1, q_s2, q_s3, q_sp, q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
-                     stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, q_sp.shape[1], 0)
+    q_f = _load_q8(q_s0, q_s1, q_s2, q_s3, q_sp, q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
+                   stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, q_sp.shape[1], 0)
     fence_async_shared()  # q's stores (generic proxy) before the wgmma's reads
     _nb_sync(_NB_Q)
-    acc0, acc1, acc2, acc3, b_m, b_l2 = _wg_steps(0, q_s0, q_s1, q_s2, q_s3, q_sp, raw_ring, kp_smem, sc_smem,
+    acc0, acc1, acc2, acc3, b_m, b_l2 = _wg_steps(0, q_s0, q_s1, q_s2, q_s3, q_sp, q_f, raw_ring, kp_smem, sc_smem,
                                                   p_s, ready, free, p_idx, n_start, n_end, n_steps, n_rows,
                                                   qk_scale, BLOCK_H, BLOCK_N, NS)
     _nb_sync(_NB_DONE)  # (both loops done: the ring is idle)
@@ -388,11 +386,11 @@ def regs_wg1(q_s0, q_s1, q_s2, q_s3, q_sp, raw_ring, kp_smem, sc_smem, p_s, read
              stride_qp_h, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, NS: gl.constexpr):
     """Consumer warpgroup 1: q's last two latent tiles into shared memory, its steps, then its
     state into the ring for warpgroup 0."""
-    _load_q_permuted(q_s0, q_s1, q_s2, q_s3, q_sp, q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
-                     stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, q_sp.shape[1], 1)
+    q_f = _load_q8(q_s0, q_s1, q_s2, q_s3, q_sp, q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
+                   stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, q_sp.shape[1], 1)
     fence_async_shared()
     _nb_sync(_NB_Q)
-    acc0, acc1, acc2, acc3, b_m, b_l2 = _wg_steps(1, q_s0, q_s1, q_s2, q_s3, q_sp, raw_ring, kp_smem, sc_smem,
+    acc0, acc1, acc2, acc3, b_m, b_l2 = _wg_steps(1, q_s0, q_s1, q_s2, q_s3, q_sp, q_f, raw_ring, kp_smem, sc_smem,
                                                   p_s, ready, free, p_idx, n_start, n_end, n_steps, n_rows,
                                                   qk_scale, BLOCK_H, BLOCK_N, NS)
     _nb_sync(_NB_DONE)
@@ -515,7 +513,11 @@ def sparse_mla_gluon_fp8_regs_kernel(
     """One program per (token, head tile, split), as kernels/attention.py's, over fp8_ds_mla
     rows (this module's docstring); ``qk_scale`` divided by Q_F16_SCALE (the launcher)."""
     i_t, h0 = _tile_origin(n_heads, BLOCK_H)
-    q_s0, q_s1, q_s2, q_s3, q_sp = gluon_narrow.narrow_q_tiles(gl.float16, gl.bfloat16, BLOCK_H, LAT, D_PE)
+    q_s0 = gl.allocate_shared_memory(gl.float8e4nv, [2 * BLOCK_H, LAT], Q8_SMEM)
+    q_s1 = gl.allocate_shared_memory(gl.float8e4nv, [2 * BLOCK_H, LAT], Q8_SMEM)
+    q_s2 = gl.allocate_shared_memory(gl.float8e4nv, [2 * BLOCK_H, LAT], Q8_SMEM)
+    q_s3 = gl.allocate_shared_memory(gl.float8e4nv, [2 * BLOCK_H, LAT], Q8_SMEM)
+    q_sp = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, D_PE], SMEM)
     raw_ring = gl.allocate_shared_memory(gl.uint8, [NS, BLOCK_N, RAW], FLAT)
     kp_smem = gl.allocate_shared_memory(gl.bfloat16, [NS, BLOCK_N, D_PE], SMEM)
     sc_smem = gl.allocate_shared_memory(gl.float32, [4 * NS, BLOCK_N], FLAT1)

@@ -117,15 +117,15 @@ P_UNSCALE = gl.constexpr(1.0 / 256.0)
 _COPY_VIEW = gl.constexpr(gl.SharedLinearLayout(offset_bases=[
     [0, 1], [0, 2], [0, 4], [0, 8], [0, 16], [0, 32], [0, 64], [1, 16], [2, 32], [4, 64],
     [8, 0], [16, 0], [32, 0], [0, 128], [0, 256]]))
-# The same bytes as the score dots' A operands: [4 tiles, 64 rows, 128] e4m3.
+# e4m3 tiles as the score dots read them: the slot's bytes as their A operands ([4 tiles, 64
+# rows, 128]) and q's parts as their B ([2 x BLOCK_H, 128]: row h holds head h's high part,
+# BLOCK_H + h its low part).
 _TILES = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2))
 # The PV dots' view [128 * tile + m, row] (V^T): byte bits 0-1 are m's bits 3 and 6
 # (registers), 2-4 m's bits 0-2 (lanes), 5-6 m's bits 4-5 (warps), under the copy's swizzle.
 _V_VIEW = gl.constexpr(gl.SharedLinearLayout(offset_bases=[
     [8, 0], [64, 0], [1, 0], [2, 0], [4, 0], [16, 0], [32, 0], [4, 1], [16, 2], [32, 4],
     [0, 8], [0, 16], [0, 32], [128, 0], [256, 0]]))
-# q's e4m3 tiles [2 x BLOCK_H, 128]: row h holds head h's high part, BLOCK_H + h its low part.
-Q8_SMEM = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2))
 E4M3_MAX = gl.constexpr(448.0)
 
 # The raw bytes as the PV dots load them [128, 64]: a wgmma A fragment of one warpgroup (4
@@ -194,11 +194,10 @@ def _load_q8(q_s0, q_s1, q_s2, q_s3, q_sp, q_nope_ptr, q_pe_ptr, i_t, h0, n_head
     if c == 0:
         _store_q8(q_s0, b_0, q_scale, BLOCK_H)
         _store_q8(q_s1, b_1, q_scale, BLOCK_H)
+        _load_q_rope(q_sp, q_pe_ptr, i_t, h0, n_heads, stride_qp_t, stride_qp_h, BLOCK_H, D_PE)
     else:
         _store_q8(q_s2, b_2, q_scale, BLOCK_H)
         _store_q8(q_s3, b_3, q_scale, BLOCK_H)
-    if c == 0:
-        _load_q_rope(q_sp, q_pe_ptr, i_t, h0, n_heads, stride_qp_t, stride_qp_h, BLOCK_H, D_PE)
     return gl.convert_layout(Q_F16_SCALE / q_scale, gl.SliceLayout(0, _acc_layout(BLOCK_H)))
 
 
@@ -513,10 +512,10 @@ def sparse_mla_gluon_fp8_regs_kernel(
     """One program per (token, head tile, split), as kernels/attention.py's, over fp8_ds_mla
     rows (this module's docstring); ``qk_scale`` divided by Q_F16_SCALE (the launcher)."""
     i_t, h0 = _tile_origin(n_heads, BLOCK_H)
-    q_s0 = gl.allocate_shared_memory(gl.float8e4nv, [2 * BLOCK_H, LAT], Q8_SMEM)
-    q_s1 = gl.allocate_shared_memory(gl.float8e4nv, [2 * BLOCK_H, LAT], Q8_SMEM)
-    q_s2 = gl.allocate_shared_memory(gl.float8e4nv, [2 * BLOCK_H, LAT], Q8_SMEM)
-    q_s3 = gl.allocate_shared_memory(gl.float8e4nv, [2 * BLOCK_H, LAT], Q8_SMEM)
+    q_s0 = gl.allocate_shared_memory(gl.float8e4nv, [2 * BLOCK_H, LAT], _TILES)
+    q_s1 = gl.allocate_shared_memory(gl.float8e4nv, [2 * BLOCK_H, LAT], _TILES)
+    q_s2 = gl.allocate_shared_memory(gl.float8e4nv, [2 * BLOCK_H, LAT], _TILES)
+    q_s3 = gl.allocate_shared_memory(gl.float8e4nv, [2 * BLOCK_H, LAT], _TILES)
     q_sp = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, D_PE], SMEM)
     raw_ring = gl.allocate_shared_memory(gl.uint8, [NS, BLOCK_N, RAW], FLAT)
     kp_smem = gl.allocate_shared_memory(gl.bfloat16, [NS, BLOCK_N, D_PE], SMEM)

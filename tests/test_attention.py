@@ -263,10 +263,11 @@ def test_gluon_narrow(p, block_h, f16, extra, device):
 @pytest.mark.parametrize("block_h", [8, 16])
 @pytest.mark.parametrize("p", NARROW_CASES)
 def test_gluon_fp8_regs(p, block_h, device):
-    """The few-head Gluon tile whose consumers convert the raw e4m3 bytes into register
-    operands (kernels/gluon_fp8_regs.py: permuted views of the raw rows, q's columns and the
-    output's in the same orders, scales on the score chains and the probabilities) matches the
-    reference, split and not, also for a q past fp16's range."""
+    """The few-head Gluon tile whose dots read the raw e4m3 bytes (kernels/gluon_fp8_regs.py:
+    the score dots as e4m3 wgmmas on the raw tiles in shared memory against q in two e4m3 parts
+    per head, the PV dots from the bytes converted into register operands through a permuted
+    view, the output's columns in the same order, scales on the score chains and the
+    probabilities) matches the reference, split and not, also for a q past fp16's range."""
     tile = configs.TileConfig(block_h, 64, 4, 2, gluon=True, fp8_f16=True, fp8_regs=True)
     _check_gluon(p, tile, device, q_gain=1e5)
     _check_gluon(p, tile, device)

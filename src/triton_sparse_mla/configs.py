@@ -103,8 +103,9 @@ class TileConfig:
     # shipped (sm90's _G64).
     pingpong: bool = False
     # With ``gluon``, fp8_ds_mla rows and 8 or 16 heads: the consumers (two warpgroups on
-    # alternate steps) read the rows' raw e4m3 bytes and convert them into the wgmma's register
-    # operands; the producer only copies, into four 41 KB slots (kernels/gluon_fp8_regs.py).
+    # alternate steps) run the score dots as e4m3 wgmmas on the rows' raw bytes in shared memory
+    # and convert the bytes into the PV dots' register operands; the producer only copies, into
+    # four 41 KB slots (kernels/gluon_fp8_regs.py).
     # Against the shipped few-head tile (H100, 2026-12-07, run 332): prefill T=4096 over 32K
     # rows 1.17-1.18x, over 1M rows 0.98x, decode T=128-512 0.96-0.99x. On in sm90's prefill
     # table up to 16 heads (_N8_REGS, _N16_REGS), where it also beats the bf16 workspace (runs

@@ -267,9 +267,11 @@ def test_gluon_fp8_regs(p, block_h, device):
     the score dots as e4m3 wgmmas on the raw tiles in shared memory against q in two e4m3 parts
     per head, the PV dots from the bytes converted into register operands through a permuted
     view, the output's columns in the same order, scales on the score chains and the
-    probabilities) matches the reference, split and not, also for a q past fp16's range."""
+    probabilities) matches the reference, split and not, also for a q past fp16's range and for
+    one 1e-30 times as large (q's power-of-two scale into e4m3 about 2^106)."""
     tile = configs.TileConfig(block_h, 64, 4, 2, gluon=True, fp8_f16=True, fp8_regs=True)
     _check_gluon(p, tile, device, q_gain=1e5)
+    _check_gluon(p, tile, device, q_gain=1e-30)
     _check_gluon(p, tile, device)
 
 

@@ -174,7 +174,7 @@ def _load_q8(q_s0, q_s1, q_s2, q_s3, q_sp, q_nope_ptr, q_pe_ptr, i_t, h0, n_head
     """Consumer warpgroup ``c``'s half of q into shared memory: latent tiles ``2c`` and ``2c +
     1`` as two e4m3 parts per head (``hi = e4m3(q x s)``, ``lo = e4m3(16 (q x s - hi))``, rows h
     and BLOCK_H + h), and for ``c == 0`` the rope in bf16 times Q_F16_SCALE. ``s`` is a power of
-    two per head that brings its largest latent value into (224, 448]; returns Q_F16_SCALE / s
+    two per head that brings its largest latent value into (224, 448] (at most 2^118); returns Q_F16_SCALE / s
     [BLOCK_H] in the layout of the scores' columns (both warpgroups compute it from all four
     tiles)."""
     G: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])
@@ -190,7 +190,9 @@ def _load_q8(q_s0, q_s1, q_s2, q_s3, q_sp, q_nope_ptr, q_pe_ptr, i_t, h0, n_head
     amax = gl.maximum(gl.maximum(gl.max(gl.abs(b_0), axis=1), gl.max(gl.abs(b_1), axis=1)),
                       gl.maximum(gl.max(gl.abs(b_2), axis=1), gl.max(gl.abs(b_3), axis=1)))
     amax = gl.where(amax > 0.0, amax, 1.0)
-    q_scale = gl.exp2(gl.floor(gl.log2(E4M3_MAX / amax)))
+    # (at most 2^118, so that Q_F16_SCALE / q_scale stays a normal fp32 for a q near bf16's
+    # smallest values, whose parts then flush to zero)
+    q_scale = gl.exp2(gl.minimum(gl.floor(gl.log2(E4M3_MAX / amax)), 118.0))
     if c == 0:
         _store_q8(q_s0, b_0, q_scale, BLOCK_H)
         _store_q8(q_s1, b_1, q_scale, BLOCK_H)

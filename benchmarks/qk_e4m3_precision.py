@@ -1,18 +1,19 @@
-"""Counted on a CPU: the score error of the few-head fp8_ds_mla tile if its score dots read the
-raw e4m3 rows (docs/performance-plan.md, the few-head fp8 tile), against the shipped operands.
+"""Counted on a CPU: the score error of the few-head fp8_ds_mla tile whose score dots read the
+raw e4m3 rows (kernels/gluon_fp8_regs.py since 142f386, its "2^n" form below), against the
+fp16 operands of the other fp8 tiles.
 
-Shipped: each row's e4m3 values times their 128-column group's scale, rounded to fp16 (q
-scaled by 2^-8 into fp16; ``TileConfig.fp8_f16``), the score dots over those. Candidate: the
-score dots over the raw e4m3 bytes, with q as two e4m3 parts per head (``hi = e4m3(q s)``,
-``lo = e4m3(16 (q s - hi))``, ``s = 448 / max |q|`` of the head, side by side in one B operand),
-each group's partial score then multiplied by the row's scale for that group, ``1 / s`` and
-``1 / (16 s)``; and the same with ``s`` the power of two that brings the head's largest value
-into (224, 448] (``benchmarks/results/2026-12-07-fp8-regs-qk-e4m3.patch``): then q's scaling is
-exact and a bf16 q's 8 significant bits fit the two parts. The rope stays bf16 in both. Every
-product and sum here is float64 over operands rounded as the kernel would round them (the fp32
-accumulation of the tensor cores is not modelled). Reported: the output's relative error
-against the float64 reference (the tests' measure; their bound for fp8_ds_mla rows is 3e-2),
-and the scores' largest error.
+fp16 operands ("shipped" below; the decode tiles, ``TileConfig.fp8_f16``): each row's e4m3
+values times their 128-column group's scale, rounded to fp16 (q scaled by 2^-8 into fp16), the
+score dots over those. Raw rows: the score dots over the raw e4m3 bytes, with q as two e4m3
+parts per head (``hi = e4m3(q s)``, ``lo = e4m3(16 (q s - hi))``, ``s = 448 / max |q|`` of the
+head, side by side in one B operand), each group's partial score then multiplied by the row's
+scale for that group, ``1 / s`` and ``1 / (16 s)``; and the same with ``s`` the power of two
+that brings the head's largest value into (224, 448], as the kernel computes it: then q's
+scaling is exact and a bf16 q's 8 significant bits fit the two parts. The rope stays bf16 in
+both. Every product and sum here is float64 over operands rounded as the kernel would round
+them (the fp32 accumulation of the tensor cores is not modelled). Reported: the output's
+relative error against the float64 reference (the tests' measure; their bound for fp8_ds_mla
+rows is 3e-2), and the scores' largest error.
 Usage: python benchmarks/qk_e4m3_precision.py
 """
 

@@ -266,10 +266,10 @@ def _wg_steps(c: gl.constexpr, q_s0, q_s1, q_s2, q_s3, q_sp, q_f, raw_ring, kp_s
               n_start, n_end, n_steps, n_rows, qk_scale, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
               NS: gl.constexpr):
     """Consumer warpgroup ``c``'s steps ``c, c + 2, ...``: the scores from the raw tiles
-    (:func:`_scores_fp8`, q's parts back to scale by ``q_f`` per head), the online softmax along the rows (as kernels/gluon_narrow.py's), its four scaled P^T tiles
-    (``p_s[4c : 4c + 4]``), the slot freed, the PV dots. Returns its four output accumulators
-    [128, BLOCK_H] (columns in ``_v_col`` order, times P_SCALE), running max and per-entry
-    denominators."""
+    (:func:`_scores_fp8`, q's parts back to scale by ``q_f`` per head), the online softmax
+    along the rows (as kernels/gluon_narrow.py's), its four scaled P^T tiles (``p_s[4c : 4c +
+    4]``), the slot freed, the PV dots. Returns its four output accumulators [128, BLOCK_H]
+    (columns in ``_v_col`` order, times P_SCALE), running max and per-entry denominators."""
     T_L: gl.constexpr = _acc_layout(BLOCK_H)
     ROW: gl.constexpr = gl.SliceLayout(1, T_L)
     b_m = gl.full([BLOCK_H], -1.0e30, gl.float32, layout=gl.SliceLayout(0, T_L))

@@ -565,7 +565,7 @@ def test_split_rule_counts_resident_programs():
                                   pin_conversion=configs.pin_fp8_conversion(family, tile.block_h))
         k = api._run(q_nope, q_pe, prob.kv, prob.indices, None, None, prob.sm_scale, out, None,
                      family=family, sm_count=1, fp8_cvt=fp8_cvt, fp8=fp8, plan=plan)
-        threads = 32 * tile.num_warps
+        threads = 32 * k.metadata.num_warps  # (a Gluon kernel's: every partition's warps)
         by_regs = 65536 // (-(-k.n_regs // 8) * 8 * threads)  # registers go out 8 per thread
         by_smem = configs.fit_by_shared_memory(k.metadata.shared, cap_key)
         resident = min(by_regs, by_smem, max_threads // threads)

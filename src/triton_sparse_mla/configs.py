@@ -102,10 +102,10 @@ class TileConfig:
     # 2026-12-03, run 153; BENCHMARKS.md "The alternate-tile kernel shipped");
     # shipped (sm90's _G64).
     pingpong: bool = False
-    # With ``gluon``, fp8_ds_mla rows and 8 or 16 heads: the consumers (two warpgroups on
-    # alternate steps) run the score dots as e4m3 wgmmas on the rows' raw bytes in shared memory
-    # and convert the bytes into the PV dots' register operands; the producer only copies, into
-    # four 41 KB slots (kernels/gluon_fp8_regs.py).
+    # With ``gluon``, fp8_ds_mla rows and 8 or 16 heads: the consumer warpgroup (one per
+    # program, two programs per SM) runs the score dots as e4m3 wgmmas on the rows' raw bytes
+    # in shared memory and converts the bytes into the PV dots' register operands; the
+    # producer only copies, into two 41 KB slots (kernels/gluon_fp8_regs.py).
     # Against the shipped few-head tile (H100, 2026-12-07, run 332): prefill T=4096 over 32K
     # rows 1.17-1.18x, over 1M rows 0.98x, decode T=128-512 0.96-0.99x. On in sm90's prefill
     # table up to 16 heads (_N8_REGS, _N16_REGS), where it also beats the bf16 workspace (runs
@@ -266,8 +266,9 @@ _N8 = dataclasses.replace(_N16, block_h=8)
 # workspace at every reuse measured: 1.045x at T=1024, 1.007x at T=4096 (1581 against 1592
 # us), 1.07x at T=16384 over 32K rows, 1.35x in a 64K-row window, 1.87x over 1M rows (run
 # 343), so it runs up to 16 heads too (_N16_REGS). Its score dots as e4m3 wgmmas on the raw
-# tiles in shared memory: 1.012-1.014x more at 16 heads, 1.003x at 8 (runs 363-364). Not yet
-# timed on an H200.
+# tiles in shared memory: 1.012-1.014x more at 16 heads, 1.003x at 8 (runs 363-364). One
+# consumer warpgroup per program, two programs per SM: 1.037x more at 16 heads, 1.051x at 8
+# (T=4096 over 32K rows, run 366). Not yet timed on an H200.
 _N8_REGS = dataclasses.replace(_N8, fp8_regs=True)
 _N16_REGS = dataclasses.replace(_N16, fp8_regs=True)
 _N32 = C(32, 64, 4, 2, fp8_f16=True, gluon=True, fallback=C(32, 32, 4, 2, fp8_f16=True))
@@ -449,10 +450,14 @@ def programs_per_sm(family: str, tile: TileConfig) -> int:
     of shared memory). Splitting for one program per SM there beat splitting for two by 8-29%
     on the H200 (sweep-regs, 2026-12-01). The Gluon tiles (``gluon``) are built for one
     program per SM too: the few-head ones have 4 consumer warps but 166-187 KB of shared
-    memory. Other tiles of 4 warps: ``PROGRAMS_PER_SM`` of the family.
+    memory; but the one with ``fp8_regs`` (kernels/gluon_fp8_regs.py) is built for two: one
+    consumer warpgroup each, 108 KB at most, 128 registers a thread at launch. Other tiles of
+    4 warps: ``PROGRAMS_PER_SM`` of the family.
     ``tests/test_portability.py`` checks the claim against each target's compiled shared memory,
     and ``tests/test_attention.py`` against the compiled kernel on the GPU at hand.
     """
+    if tile.fp8_regs:
+        return 2
     return 1 if tile.num_warps >= 8 or tile.gluon else PROGRAMS_PER_SM[family]
 
 

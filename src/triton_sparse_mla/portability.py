@@ -142,7 +142,8 @@ def _gluon_variants(tile: configs.TileConfig, fp8: bool):
         constexprs = dict(dict(HAS_LEN=True, HAS_SINK=True, PARTIAL=partial, BLOCK_H=g.BLOCK_H,
                                BLOCK_N=g.BLOCK_N, LAT=g.LAT, D_PE=g.D_PE), **tile_constexprs)
         divisible = {n for n in types if n.endswith("_ptr") or n.startswith("stride_")}
-        yield (f"gluon partial={int(partial)}", kernel, types, constexprs, divisible, num_warps, 1)
+        yield (f"gluon partial={int(partial)}", kernel, types, constexprs, divisible, num_warps, 1,
+               g.launch_options(tile, fp8))
 
 
 def _combine_variant():

@@ -35,15 +35,22 @@ consecutive bytes of a row (one 4-byte load per row), and the epilogue stores co
 tile ``t`` at ``128 t + _v_col(m)``; under the copy's swizzle those loads are free of bank
 conflicts. Both views are linear maps of the byte offset (``gl.SharedLinearLayout``).
 
-Two consumer warpgroups take alternate steps, each with its own accumulators, running max and
-denominators (few heads need few registers), and merge them at the end: the conversions
-lengthen each step's chain, and one warpgroup alone, with one warp per scheduler, ran it at
-0.93-0.99x of kernels/gluon_fp8_producer.py's at 8 heads (H200, 2026-12-06, run 331; at 16
-heads it spilled). q's latent tiles are loaded half by each. Three warpgroups taking every
-third step (at 152 registers each, the producer at 56) ran 0.91-0.95x at 8 heads; at 16 heads
-they fit only with fewer dots in flight, 1.083x over the four-row producer below but 0.88x
-over the two-row one (H100, runs 341 and 345; BENCHMARKS.md "Two rows per copy instruction,
-and three consumer warpgroups"; the patches in benchmarks/results apply at commit f895fdb).
+One consumer warpgroup per program takes every step, and two programs share an SM (each 108
+KB of shared memory at 16 heads, 256 threads launched with at most 128 registers each: the
+consumer 200, the producer 56), so that the SM runs two consumer warpgroups whose tiles start
+and end apart. Until 2026-12-07 the two warpgroups were one program's, taking alternate steps
+and merging their states at the end; Nsight Compute then put 3.4-5% of the first warpgroup's
+samples before its loop and as many after it (q loaded, the first copies awaited; the merge,
+the output written), with half or all of the SM's consumers idle meanwhile (run 353). Two
+programs of one warpgroup against that form in one run (H100, run 366, T=4096 over 32K rows,
+two rounds): 1.037x at 16 heads (1435 against 1488 us), 1.051x at 8 (1230 against 1293). One
+warpgroup alone in an SM, one warp per scheduler, ran the step at 0.93-0.99x of
+kernels/gluon_fp8_producer.py's at 8 heads (H200, 2026-12-06, run 331). Three warpgroups
+taking every third step (at 152 registers each, the producer at 56) ran 0.91-0.95x at 8 heads;
+at 16 heads they fit only with fewer dots in flight, 1.083x over the four-row producer below
+but 0.88x over the two-row one (H100, runs 341 and 345; BENCHMARKS.md "Two rows per copy
+instruction, and three consumer warpgroups"; the patches in benchmarks/results apply at commit
+f895fdb).
 
 Measured (H100, 2026-12-07, runs 332 and 335-336; BENCHMARKS.md "Raw e4m3 rows into
 register operands"): 1.17-1.18x over kernels/gluon_fp8_producer.py's tile in prefill T=4096
@@ -86,7 +93,7 @@ each consumer warpgroup's chain, BENCHMARKS.md "The barriers the compiler places
 Shared memory per 64-row step at 16 heads: 41 KB copied in, 32 KB read by the score dots and
 32 KB by the PV view, the rope tile, q and P^T read by the dots: about 150 KB. The raw slot is
 free once the score dots are done and the PV view's bytes are in registers, before the last PV
-dots run. Ring 4 x 41 KB, q 18 KB, P^T 2 x 4 x 2 KB: 199 KB.
+dots run. Per program: ring 2 x 41 KB, q 18 KB, P^T 4 x 2 KB: 108 KB.
 
 Import only where Gluon is available and not under the interpreter (as gluon_sm90).
 """
@@ -98,7 +105,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma_wait)
 
 from . import gluon_narrow
-from .gluon_pingpong import _nb_arrive, _nb_sync, _opaque_zero, _q_fresh
+from .gluon_pingpong import _opaque_zero, _q_fresh
 from .gluon_sm90 import (FLAT, FLAT1, Q_F16_SCALE, SMEM, _NOT_SPECIALIZED, _arrive_all, _async_load, _barrier,
                          _lse_and_scale, _pass_ids, _pass_row, _reinterpret, _row_ids, _split_range, _tile_origin)
 
@@ -170,19 +177,17 @@ def _store_q8(q_s, b_q, q_scale, BLOCK_H: gl.constexpr):
 
 @gluon.jit
 def _load_q8(q_s0, q_s1, q_s2, q_s3, q_sp, q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t, stride_qn_h,
-             stride_qp_t, stride_qp_h, BLOCK_H: gl.constexpr, D_PE: gl.constexpr, c: gl.constexpr):
-    """Consumer warpgroup ``c``'s half of q into shared memory: latent tiles ``2c`` and ``2c +
-    1`` as two e4m3 parts per head (``hi = e4m3(q x s)``, ``lo = e4m3(16 (q x s - hi))``, rows h
-    and BLOCK_H + h), and for ``c == 0`` the rope in bf16 times Q_F16_SCALE. ``s`` is a power of
-    two per head that brings its largest latent value into (224, 448] (at most 2^118); returns Q_F16_SCALE / s
-    [BLOCK_H] in the layout of the scores' columns (both warpgroups compute it from all four
-    tiles)."""
+             stride_qp_t, stride_qp_h, BLOCK_H: gl.constexpr, D_PE: gl.constexpr):
+    """q into shared memory: its four latent tiles as two e4m3 parts per head (``hi = e4m3(q x
+    s)``, ``lo = e4m3(16 (q x s - hi))``, rows h and BLOCK_H + h), its rope in bf16 times
+    Q_F16_SCALE. ``s`` is a power of two per head that brings its largest latent value into
+    (224, 448] (at most 2^118); returns Q_F16_SCALE / s [BLOCK_H] in the layout of the scores'
+    columns."""
     G: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])
     o_h = h0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, G))
     m_h = (o_h < n_heads)[:, None]
     o_k = gl.arange(0, 128, layout=gl.SliceLayout(0, G))
     p_q = (q_nope_ptr + i_t * stride_qn_t + o_h * stride_qn_h)[:, None] + o_k[None, :]
-    # all four tiles, for each head's largest value; this warpgroup's two quantized
     b_0 = gl.load(p_q, mask=m_h, other=0.0).to(gl.float32)
     b_1 = gl.load(p_q + 128, mask=m_h, other=0.0).to(gl.float32)
     b_2 = gl.load(p_q + 256, mask=m_h, other=0.0).to(gl.float32)
@@ -193,13 +198,11 @@ def _load_q8(q_s0, q_s1, q_s2, q_s3, q_sp, q_nope_ptr, q_pe_ptr, i_t, h0, n_head
     # (at most 2^118, so that Q_F16_SCALE / q_scale stays a normal fp32 for a q near bf16's
     # smallest values, whose parts then flush to zero)
     q_scale = gl.exp2(gl.minimum(gl.floor(gl.log2(E4M3_MAX / amax)), 118.0))
-    if c == 0:
-        _store_q8(q_s0, b_0, q_scale, BLOCK_H)
-        _store_q8(q_s1, b_1, q_scale, BLOCK_H)
-        _load_q_rope(q_sp, q_pe_ptr, i_t, h0, n_heads, stride_qp_t, stride_qp_h, BLOCK_H, D_PE)
-    else:
-        _store_q8(q_s2, b_2, q_scale, BLOCK_H)
-        _store_q8(q_s3, b_3, q_scale, BLOCK_H)
+    _store_q8(q_s0, b_0, q_scale, BLOCK_H)
+    _store_q8(q_s1, b_1, q_scale, BLOCK_H)
+    _load_q_rope(q_sp, q_pe_ptr, i_t, h0, n_heads, stride_qp_t, stride_qp_h, BLOCK_H, D_PE)
+    _store_q8(q_s2, b_2, q_scale, BLOCK_H)
+    _store_q8(q_s3, b_3, q_scale, BLOCK_H)
     return gl.convert_layout(Q_F16_SCALE / q_scale, gl.SliceLayout(0, _acc_layout(BLOCK_H)))
 
 
@@ -219,11 +222,6 @@ def _load_q_rope(q_sp, q_pe_ptr, i_t, h0, n_heads, stride_qp_t, stride_qp_h, BLO
 def _scale_col(sc_smem, slot, t: gl.constexpr, LAYOUT: gl.constexpr):
     """Column ``t`` of slot ``slot``'s row scales, [64] fp32 in ``LAYOUT``."""
     return sc_smem.index(4 * slot + t).load(LAYOUT)
-
-
-# The consumer warpgroups' hardware barriers (0-3 are the compiler's): q stored, both loops
-# done, the second warpgroup's state stored for the first.
-_NB_Q, _NB_DONE, _NB_STATE = gl.constexpr(8), gl.constexpr(9), gl.constexpr(10)
 
 
 @gluon.constexpr_function
@@ -262,14 +260,13 @@ def _scores_fp8(tiles, q_s0, q_s1, q_s2, q_s3, c0, c1, c2, c3, q_f, sp, zero8, T
 
 
 @gluon.jit
-def _wg_steps(c: gl.constexpr, q_s0, q_s1, q_s2, q_s3, q_sp, q_f, raw_ring, kp_smem, sc_smem, p_s, ready, free, p_idx,
-              n_start, n_end, n_steps, n_rows, qk_scale, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
-              NS: gl.constexpr):
-    """Consumer warpgroup ``c``'s steps ``c, c + 2, ...``: the scores from the raw tiles
-    (:func:`_scores_fp8`, q's parts back to scale by ``q_f`` per head), the online softmax
-    along the rows (as kernels/gluon_narrow.py's), its four scaled P^T tiles (``p_s[4c : 4c +
-    4]``), the slot freed, the PV dots. Returns its four output accumulators [128, BLOCK_H]
-    (columns in ``_v_col`` order, times P_SCALE), running max and per-entry denominators."""
+def _steps(q_s0, q_s1, q_s2, q_s3, q_sp, q_f, raw_ring, kp_smem, sc_smem, p_s, ready, free, p_idx, n_start, n_end,
+           n_steps, n_rows, qk_scale, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, NS: gl.constexpr):
+    """The consumer warpgroup's steps: the scores from the raw tiles (:func:`_scores_fp8`, q's
+    parts back to scale by ``q_f`` per head), the online softmax along the rows (as
+    kernels/gluon_narrow.py's), the four scaled P^T tiles (``p_s``), the slot freed, the PV
+    dots. Returns the four output accumulators [128, BLOCK_H] (columns in ``_v_col`` order,
+    times P_SCALE), the running max and per-entry denominators."""
     T_L: gl.constexpr = _acc_layout(BLOCK_H)
     ROW: gl.constexpr = gl.SliceLayout(1, T_L)
     b_m = gl.full([BLOCK_H], -1.0e30, gl.float32, layout=gl.SliceLayout(0, T_L))
@@ -280,21 +277,21 @@ def _wg_steps(c: gl.constexpr, q_s0, q_s1, q_s2, q_s3, q_sp, q_f, raw_ring, kp_s
     acc3 = gl.zeros([128, BLOCK_H], gl.float32, layout=T_L)
     s_zero = gl.zeros([BLOCK_N, BLOCK_H], gl.float32, layout=T_L)
     zero8 = gl.zeros([BLOCK_N, 2 * BLOCK_H], gl.float32, layout=_acc8_layout(BLOCK_H))
-    b_idx_next = _row_ids(p_idx, n_start + c * BLOCK_N, n_end, ROW, BLOCK_N)
-    for i in range(c, n_steps, 2):
+    b_idx_next = _row_ids(p_idx, n_start, n_end, ROW, BLOCK_N)
+    for i in range(n_steps):
         # (q's and P^T's views through an index the compiler cannot fold, so that their wgmma
         # descriptors are formed where used instead of hoisted out of the loop and spilled:
         # kernels/gluon_pingpong.py's _q_fresh)
         z = _opaque_zero(i, n_steps)
         slot = i % NS
-        pt0 = p_s.index(4 * c + z)
-        pt1 = p_s.index(4 * c + 1 + z)
-        pt2 = p_s.index(4 * c + 2 + z)
-        pt3 = p_s.index(4 * c + 3 + z)
+        pt0 = p_s.index(z)
+        pt1 = p_s.index(1 + z)
+        pt2 = p_s.index(2 + z)
+        pt3 = p_s.index(3 + z)
         b_idx = b_idx_next
-        # (this warpgroup's next step's ids, loaded a step ahead: an L2 latency per step
-        # otherwise, 4.6% of the consumers' samples at 16 heads in run 349)
-        b_idx_next = _row_ids(p_idx, n_start + (i + 2) * BLOCK_N, n_end, ROW, BLOCK_N)
+        # (the next step's ids, loaded a step ahead: an L2 latency per step otherwise, 4.6% of
+        # the consumers' samples at 16 heads in run 349)
+        b_idx_next = _row_ids(p_idx, n_start + (i + 1) * BLOCK_N, n_end, ROW, BLOCK_N)
         mbarrier.wait(ready.index(slot), (i // NS) & 1)
         fence_async_shared()  # the copies before the wgmma's reads of the slot
         # the slot's four latent tiles as the score dots' A operands
@@ -336,73 +333,22 @@ def _wg_steps(c: gl.constexpr, q_s0, q_s1, q_s2, q_s3, q_sp, q_f, raw_ring, kp_s
 
 
 @gluon.jit
-def _state_views(raw_ring, BLOCK_H: gl.constexpr, NS: gl.constexpr):
-    """Where the second consumer warpgroup leaves its state for the first, in the ring once
-    both loops are done: the four accumulators [512, BLOCK_H] fp32 (slot 0), the max and the
-    denominator [1, BLOCK_H] each (slot 1)."""
-    ROWS: gl.constexpr = 8192 // BLOCK_H  # (a slot's 32 KB of fp32 [ROWS, BLOCK_H])
-    ring = _reinterpret(raw_ring, gl.float32, [NS * ROWS, BLOCK_H], FLAT)
-    return ring.slice(0, 512), ring.slice(ROWS, 1), ring.slice(ROWS + 1, 1)
-
-
-@gluon.jit
-def regs_wg0(q_s0, q_s1, q_s2, q_s3, q_sp, raw_ring, kp_smem, sc_smem, p_s, ready, free, p_idx, n_start, n_end,
-             n_steps, n_rows, qk_scale, q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t, stride_qn_h, stride_qp_t,
-             stride_qp_h, sink_ptr, out_ptr, lse_ptr, i_s, stride_o_t, stride_o_h, stride_o_s, stride_lse_t,
-             stride_lse_h, HAS_SINK: gl.constexpr, PARTIAL: gl.constexpr, BLOCK_H: gl.constexpr,
-             BLOCK_N: gl.constexpr, NS: gl.constexpr):
-    """Consumer warpgroup 0: q's first two latent tiles and its rope into shared memory, its
-    steps (:func:`_wg_steps`), then the second warpgroup's state merged into its own and the
-    output written."""
+def regs_consumer(q_s0, q_s1, q_s2, q_s3, q_sp, raw_ring, kp_smem, sc_smem, p_s, ready, free, p_idx, n_start, n_end,
+                  n_steps, n_rows, qk_scale, q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t, stride_qn_h,
+                  stride_qp_t, stride_qp_h, sink_ptr, out_ptr, lse_ptr, i_s, stride_o_t, stride_o_h, stride_o_s,
+                  stride_lse_t, stride_lse_h, HAS_SINK: gl.constexpr, PARTIAL: gl.constexpr, BLOCK_H: gl.constexpr,
+                  BLOCK_N: gl.constexpr, NS: gl.constexpr):
+    """The consumer warpgroup: q into shared memory, every step (:func:`_steps`), the output
+    written."""
     q_f = _load_q8(q_s0, q_s1, q_s2, q_s3, q_sp, q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
-                   stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, q_sp.shape[1], 0)
+                   stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, q_sp.shape[1])
     fence_async_shared()  # q's stores (generic proxy) before the wgmma's reads
-    _nb_sync(_NB_Q)
-    acc0, acc1, acc2, acc3, b_m, b_l2 = _wg_steps(0, q_s0, q_s1, q_s2, q_s3, q_sp, q_f, raw_ring, kp_smem, sc_smem,
-                                                  p_s, ready, free, p_idx, n_start, n_end, n_steps, n_rows,
-                                                  qk_scale, BLOCK_H, BLOCK_N, NS)
-    _nb_sync(_NB_DONE)  # (both loops done: the ring is idle)
-    _nb_sync(_NB_STATE)
-    T_L: gl.constexpr = _acc_layout(BLOCK_H)
-    acc_v, m_v, l_v = _state_views(raw_ring, BLOCK_H, NS)
-    m1 = gl.max(m_v.load(T_L), axis=0)
-    l1 = gl.max(l_v.load(T_L), axis=0)
-    m = gl.maximum(b_m, m1)
-    a0 = gl.exp2(b_m - m)
-    a1 = gl.exp2(m1 - m)
-    l_sum = gl.sum(b_l2, axis=0) * a0 + l1 * a1
-    f0 = a0[None, :]
-    f1 = a1[None, :]
-    acc0 = acc0 * f0 + acc_v.slice(0, 128).load(T_L) * f1
-    acc1 = acc1 * f0 + acc_v.slice(128, 128).load(T_L) * f1
-    acc2 = acc2 * f0 + acc_v.slice(256, 128).load(T_L) * f1
-    acc3 = acc3 * f0 + acc_v.slice(384, 128).load(T_L) * f1
-    regs_epilogue(acc0, acc1, acc2, acc3, m, l_sum, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0, n_heads,
-                  stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h, HAS_SINK, PARTIAL, BLOCK_H)
-
-
-@gluon.jit
-def regs_wg1(q_s0, q_s1, q_s2, q_s3, q_sp, raw_ring, kp_smem, sc_smem, p_s, ready, free, p_idx, n_start, n_end,
-             n_steps, n_rows, qk_scale, q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t, stride_qn_h, stride_qp_t,
-             stride_qp_h, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, NS: gl.constexpr):
-    """Consumer warpgroup 1: q's last two latent tiles into shared memory, its steps, then its
-    state into the ring for warpgroup 0."""
-    q_f = _load_q8(q_s0, q_s1, q_s2, q_s3, q_sp, q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
-                   stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, q_sp.shape[1], 1)
-    fence_async_shared()
-    _nb_sync(_NB_Q)
-    acc0, acc1, acc2, acc3, b_m, b_l2 = _wg_steps(1, q_s0, q_s1, q_s2, q_s3, q_sp, q_f, raw_ring, kp_smem, sc_smem,
-                                                  p_s, ready, free, p_idx, n_start, n_end, n_steps, n_rows,
-                                                  qk_scale, BLOCK_H, BLOCK_N, NS)
-    _nb_sync(_NB_DONE)
-    acc_v, m_v, l_v = _state_views(raw_ring, BLOCK_H, NS)
-    m_v.store(b_m[None, :])
-    l_v.store(gl.sum(b_l2, axis=0)[None, :])
-    acc_v.slice(0, 128).store(acc0)
-    acc_v.slice(128, 128).store(acc1)
-    acc_v.slice(256, 128).store(acc2)
-    acc_v.slice(384, 128).store(acc3)
-    _nb_arrive(_NB_STATE)
+    _barrier()  # every thread's part of q
+    acc0, acc1, acc2, acc3, b_m, b_l2 = _steps(q_s0, q_s1, q_s2, q_s3, q_sp, q_f, raw_ring, kp_smem, sc_smem, p_s,
+                                               ready, free, p_idx, n_start, n_end, n_steps, n_rows, qk_scale, BLOCK_H,
+                                               BLOCK_N, NS)
+    regs_epilogue(acc0, acc1, acc2, acc3, b_m, gl.sum(b_l2, axis=0), sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0,
+                  n_heads, stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h, HAS_SINK, PARTIAL, BLOCK_H)
 
 
 @gluon.jit
@@ -494,11 +440,14 @@ def regs_epilogue(acc0, acc1, acc2, acc3, b_m, b_l, sink_ptr, out_ptr, lse_ptr, 
     gl.store(p_o + 384, (acc3 * inv_l).to(out_ptr.dtype.element_ty), mask=m_o)
 
 
-# Ring slots: 4 x 41 KB beside q (18 KB at 16 heads) and four P^T tiles (8 KB).
-NS = gl.constexpr(4)
-# Registers of each consumer warpgroup; the producer (the default partition, PW = 4 warps)
-# gets the rest: 65536 / 128 - 2 x CONSUMER_REGS.
-CONSUMER_REGS = gl.constexpr(224)
+# Two programs per SM, each in 256 threads: launched with at most LAUNCH_MAXNREG registers a
+# thread (2 x 256 x 128 = 64K), the consumer warpgroup takes CONSUMER_REGS of its program's
+# 2 x 128 and the producer (the default partition, PW = 4 warps) the rest, 56.
+LAUNCH_MAXNREG = 128
+CONSUMER_REGS = gl.constexpr(200)
+# Ring slots, 41 KB each: two programs of 108 KB at 16 heads (q 18 KB, P^T 8 KB) fit an SM's
+# 228 KB.
+NS = gl.constexpr(2)
 
 
 @gluon.jit(do_not_specialize=_NOT_SPECIALIZED)
@@ -523,7 +472,7 @@ def sparse_mla_gluon_fp8_regs_kernel(
     kp_smem = gl.allocate_shared_memory(gl.bfloat16, [NS, BLOCK_N, D_PE], SMEM)
     sc_smem = gl.allocate_shared_memory(gl.float32, [4 * NS, BLOCK_N], FLAT1)
     p_s = gl.allocate_shared_memory(
-        gl.float16, [8, BLOCK_N, BLOCK_H],
+        gl.float16, [4, BLOCK_N, BLOCK_H],
         gl.NVMMASharedLayout(swizzle_byte_width=2 * BLOCK_H if BLOCK_H >= 16 else 0, element_bitwidth=16, rank=2))
     ready = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
     free = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
@@ -539,11 +488,9 @@ def sparse_mla_gluon_fp8_regs_kernel(
     gl.warp_specialize(
         [(regs_producer, (kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, raw_ring, kp_smem, sc_smem,
                           ready, free, BLOCK_N, NS, PW)),
-         (regs_wg0, (q_s0, q_s1, q_s2, q_s3, q_sp, raw_ring, kp_smem, sc_smem, p_s, ready, free, p_idx, n_start,
-                     n_end, n_steps, n_rows, qk_scale, q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
-                     stride_qn_h, stride_qp_t, stride_qp_h, sink_ptr, out_ptr, lse_ptr, i_s, stride_o_t, stride_o_h,
-                     stride_o_s, stride_lse_t, stride_lse_h, HAS_SINK, PARTIAL, BLOCK_H, BLOCK_N, NS)),
-         (regs_wg1, (q_s0, q_s1, q_s2, q_s3, q_sp, raw_ring, kp_smem, sc_smem, p_s, ready, free, p_idx, n_start,
-                     n_end, n_steps, n_rows, qk_scale, q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
-                     stride_qn_h, stride_qp_t, stride_qp_h, BLOCK_H, BLOCK_N, NS))],
-        [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
+         (regs_consumer, (q_s0, q_s1, q_s2, q_s3, q_sp, raw_ring, kp_smem, sc_smem, p_s, ready, free, p_idx, n_start,
+                          n_end, n_steps, n_rows, qk_scale, q_nope_ptr, q_pe_ptr, i_t, h0, n_heads, stride_qn_t,
+                          stride_qn_h, stride_qp_t, stride_qp_h, sink_ptr, out_ptr, lse_ptr, i_s, stride_o_t,
+                          stride_o_h, stride_o_s, stride_lse_t, stride_lse_h, HAS_SINK, PARTIAL, BLOCK_H, BLOCK_N,
+                          NS))],
+        [4], [CONSUMER_REGS])

@@ -486,6 +486,16 @@ def tile_variant(tile, fp8: bool):
             gluon_pingpong.PW)  # (the producer's warps)
 
 
+def launch_options(tile, fp8: bool) -> dict:
+    """Compile options beyond the warps that ``tile``'s Gluon kernel is launched with (the
+    launcher and portability's compile check both take them from here)."""
+    if fp8 and tile.fp8_regs:
+        from . import gluon_fp8_regs
+
+        return dict(maxnreg=gluon_fp8_regs.LAUNCH_MAXNREG)
+    return {}
+
+
 def _aligned16(x):
     """``x``, or a copy of it with standard strides where its start (bytes) or a stride other
     than the last (elements) is not a multiple of 16: Triton copies rows 16 bytes at a time
@@ -517,5 +527,5 @@ def kernel_args(q_nope, q_pe, kv, indices, topk_length, attn_sink, sm_scale, spl
         stride_kv=kv.stride(0), stride_idx_t=indices.stride(0),
         HAS_LEN=topk_length is not None, HAS_SINK=attn_sink is not None,
         BLOCK_H=BLOCK_H, BLOCK_N=BLOCK_N, LAT=LAT, D_PE=D_PE, num_warps=num_warps)
-    return kernel, dict(args, **constexprs)
+    return kernel, dict(args, **constexprs, **launch_options(tile, fp8))
 

@@ -9,8 +9,8 @@ by the score dots and again, transposed, by the PV dots), the busiest unit in th
 profiles (docs/performance-plan.md).
 
 Here the producer only copies: each row's 512 e4m3 bytes, its 4 scales and its bf16 rope,
-into a ring of ``NS`` slots of 41 KB (four fit where two 16-bit slots did), each latent tile
-of the slot [64 rows, 128 bytes] apart in the wgmma's 128-byte swizzle (``_COPY_VIEW``). Then:
+into a ring of ``NS`` slots of 41 KB (a 16-bit slot is 72 KB), each latent tile of the slot
+[64 rows, 128 bytes] apart in the wgmma's 128-byte swizzle (``_COPY_VIEW``). Then:
 
 * scores ``S^T [64 rows, H] = sum_t s_t * (K_t . q_t^T) + K_rope . q_rope^T``: per 128-column
   latent tile ``t`` a chain of e4m3 wgmmas (k32) whose A operand is the raw tile in shared
@@ -443,7 +443,7 @@ def regs_epilogue(acc0, acc1, acc2, acc3, b_m, b_l, sink_ptr, out_ptr, lse_ptr, 
 # Two programs per SM, each in 256 threads: launched with at most LAUNCH_MAXNREG registers a
 # thread (2 x 256 x 128 = 64K), the consumer warpgroup takes CONSUMER_REGS of its program's
 # 2 x 128 and the producer (the default partition, PW = 4 warps) the rest, 56.
-LAUNCH_MAXNREG = 128
+LAUNCH_MAXNREG = 65536 // (2 * 256)
 CONSUMER_REGS = gl.constexpr(200)
 # Ring slots, 41 KB each: two programs of 108 KB at 16 heads (q 18 KB, P^T 8 KB) fit an SM's
 # 228 KB.

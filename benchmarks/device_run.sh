@@ -46,7 +46,9 @@ for s in $steps; do
       for d in .t3*b; do t=${d#.}; t=${t%b}; mkdir -p "/tmp/$t" &&
         cat "/tmp/carry/${t}a" "$d/part-01" | xz -d -T4 | tar x -C "/tmp/$t" &&
         PYTHONPATH="/tmp/$t" TRITON_BACKENDS_IN_TREE=1 python3 -c "import triton; print('unpacked: EXTRA_SITE=/tmp/$t, triton', triton.__version__)"; done ;;
-    tests) timeout 560 python3 -m pytest -q -n 12 tests --ignore=tests/vllm -p no:cacheprovider 2>&1 | tee "$OUT/tests.log" | tail -5 ;;
+    tests) # (SIGINT at the limit: pytest then still prints its summary, which names the failures;
+      # killed, it leaves only xdist's progress line, as in run 373)
+      timeout -s INT ${TESTS_S:-560} python3 -m pytest -q -n 12 -rf --tb=short tests --ignore=tests/vllm -p no:cacheprovider 2>&1 | tee "$OUT/tests.log" | tail -25 ;;
     sanitizer) timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 python3 benchmarks/sanitize_case.py 2>&1 | tee "$OUT/sanitizer.log" | tail -15 ;;
     sweep) timeout 400 python3 benchmarks/sweep.py "$OUT/sweep.json" > "$OUT/sweep.log" 2>&1; grep BEST "$OUT/sweep.log" ;;
     splits) timeout 200 python3 benchmarks/sweep.py "$OUT/sweep-splits.json" --splits 2>&1 | tee "$OUT/sweep-splits.log" | grep SPLIT ;;
@@ -141,7 +143,7 @@ for s in $steps; do
       rm -rf /tmp/patched && mkdir -p /tmp/patched && cp -r src /tmp/patched/ \
         && (cd /tmp/patched && git apply --include='src/*' "$OLDPWD/${PATCH:?set PATCH to a patch of src/}") || exit 1
       patched=$(echo "$PYTHONPATH" | sed "s#$PWD/src#/tmp/patched/src#")
-      [ -n "${PATCH_TESTS:-}" ] && PYTHONPATH=$patched timeout 150 python3 -m pytest -q -x -n 8 -p no:cacheprovider \
+      [ -n "${PATCH_TESTS:-}" ] && PYTHONPATH=$patched timeout -s INT 150 python3 -m pytest -q -x -n 8 -rf -p no:cacheprovider \
         tests/test_attention.py -k "$PATCH_TESTS" 2>&1 | tee "$OUT/patch-tests.log" | tail -3
       timeout 450 python3 benchmarks/env_ab.py "$OUT/patch-ab.jsonl" \
         ${ENV_AB_WORKLOADS:-4096,16,fp8_ds_mla,N=32768 4096,8,fp8_ds_mla,N=32768} \

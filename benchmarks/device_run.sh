@@ -9,7 +9,9 @@
 # TOGGLE_BASE=exchange_p); with $TOGGLE set, stride times that field off
 # and on at strides 656 and 768. bench (decode) and prefill benchmark the preset in $BENCH_PRESET (default all;
 # its rows are heated 2 s each since bench.HEAT_S, so one preset per call if all runs long); prefill
-# takes its token counts from $PREFILL_TOKENS (default 4096,16384; ShardQ's shapes: 512,2048).
+# takes its token counts from $PREFILL_TOKENS (default 4096,16384; ShardQ's shapes: 512,2048);
+# both take the row formats from $BENCH_FORMATS (e.g. fp8_ds_mla; default both) and skip the
+# PyTorch baseline if $BENCH_NO_TORCH is set. tests stops at $TESTS_S seconds (default 560).
 # fp8choice times ShardQ's calls (512 and 2048 tokens, 64 and 128 heads) with CHOICE_SHARDQ=1.
 # Logs and JSON go to $OUT.
 set -u
@@ -193,7 +195,7 @@ for s in $steps; do
         ncu --import "$OUT/pp-$tag.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip > "$OUT/pp-$tag-source.csv.gz"
         rm -f "$OUT/pp-$tag.ncu-rep"
       done ;;
-    bench) timeout 420 python3 -m triton_sparse_mla.cli bench --phase decode --preset ${BENCH_PRESET:-all} --json "$OUT/bench-decode.json" 2> "$OUT/bench-decode.err" | tee "$OUT/bench-decode.log" ;;
-    prefill) timeout 560 python3 -m triton_sparse_mla.cli bench --phase prefill --preset ${BENCH_PRESET:-all} --prefill-tokens ${PREFILL_TOKENS:-4096,16384} --json "$OUT/bench-prefill.json" 2> "$OUT/bench-prefill.err" | tee "$OUT/bench-prefill.log" ;;
+    bench) timeout 420 python3 -m triton_sparse_mla.cli bench --phase decode --preset ${BENCH_PRESET:-all} ${BENCH_FORMATS:+--formats $BENCH_FORMATS} ${BENCH_NO_TORCH:+--no-torch} --json "$OUT/bench-decode.json" 2> "$OUT/bench-decode.err" | tee "$OUT/bench-decode.log" ;;
+    prefill) timeout 560 python3 -m triton_sparse_mla.cli bench --phase prefill --preset ${BENCH_PRESET:-all} ${BENCH_FORMATS:+--formats $BENCH_FORMATS} ${BENCH_NO_TORCH:+--no-torch} --prefill-tokens ${PREFILL_TOKENS:-4096,16384} --json "$OUT/bench-prefill.json" 2> "$OUT/bench-prefill.err" | tee "$OUT/bench-prefill.log" ;;
   esac
 done

@@ -146,7 +146,7 @@ for s in $steps; do
         && (cd /tmp/patched && git apply --include='src/*' "$OLDPWD/${PATCH:?set PATCH to a patch of src/}") || exit 1
       patched=$(echo "$PYTHONPATH" | sed "s#$PWD/src#/tmp/patched/src#")
       [ -n "${PATCH_TESTS:-}" ] && PYTHONPATH=$patched timeout -s INT 150 python3 -m pytest -q -x -n 8 -rf -p no:cacheprovider \
-        tests/test_attention.py -k "$PATCH_TESTS" 2>&1 | tee "$OUT/patch-tests.log" | tail -3
+        tests/test_attention.py -k "$PATCH_TESTS" 2>&1 | tee "$OUT/patch-tests.log" | tail -8  # (-rf: the failures' names before the count)
       timeout 450 python3 benchmarks/env_ab.py "$OUT/patch-ab.jsonl" \
         ${ENV_AB_WORKLOADS:-4096,16,fp8_ds_mla,N=32768 4096,8,fp8_ds_mla,N=32768} \
         --set "PYTHONPATH=$PYTHONPATH" --set "PYTHONPATH=$patched" ${ENV_AB_ROUNDS:+--rounds $ENV_AB_ROUNDS} \

@@ -28,10 +28,12 @@ fi
 # registers an AMD backend as an entry point, which the stripped copy lacks).
 export PYTHONPATH=${EXTRA_SITE:+$EXTRA_SITE:}$PYTHONPATH
 [ -n "${EXTRA_SITE:-}" ] && export TRITON_BACKENDS_IN_TREE=1
-# The carried copy leaves out the Blackwell ptxas; Triton 3.9 asks for it for every target, so
-# point it at the copy's own ptxas (as run 250 did by hand; a normal install has both).
+# The carried copy leaves out the Blackwell ptxas; Triton 3.8 asks for it to compile for sm100
+# and sm120 (the portability tests), 3.9 for every target, so point it at the copy's own ptxas
+# (as run 250 did by hand; a normal install has both). Set before the copy exists, as when
+# triton-b unpacks it in the same call: run 376's three portability failures were this.
 xb=${EXTRA_SITE:-}; xb=${xb%%:*}/triton/backends/nvidia/bin
-if [ -n "${EXTRA_SITE:-}" ] && [ -x "$xb/ptxas" ] && [ ! -e "$xb/ptxas-blackwell" ]; then
+if [ -n "${EXTRA_SITE:-}" ] && [ ! -e "$xb/ptxas-blackwell" ]; then
   export TRITON_PTXAS_BLACKWELL_PATH=$xb/ptxas
 fi
 steps=${*:-tests sanitizer sweep bench prefill}

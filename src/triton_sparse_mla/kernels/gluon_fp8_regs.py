@@ -86,9 +86,14 @@ was 1038, no spill under Triton 3.6 either): 1.012x and 1.014x at 16 heads (T=40
 over 32K rows, three rounds), 1.003x at 8 (H100, runs 363-364). With their A fragments in
 registers instead (a kept patch, 2026-12-07-fp8-regs-qk-e4m3.patch) the same dots gave wrong
 results, likeliest because Triton's wgmma wait takes no 8-bit values, so nothing held those
-registers until the dots had read them. (Nsight Compute, run 362, before this change: the
-16-head step kept the tensor pipe busy 20% of its cycles, the ALU pipe 41%; the bound is
-each consumer warpgroup's chain, BENCHMARKS.md "The barriers the compiler places".)
+registers until the dots had read them. Each step then issues the previous step's last PV
+dots first, before its slot's wait, and waits for them with its first score dots: 1.010x at
+16 heads, 1.002x at 8 (H100, run 377, T=4096 over 32K rows, two rounds). Carried across the
+loop as an async accumulator instead, those dots made ptxas serialize every wgmma (C7514);
+carried as the V fragment and P^T tile 3, issued at the step's start, they do not.
+(Nsight Compute, run 362, before the e4m3 score dots: the 16-head step kept the tensor pipe
+busy 20% of its cycles, the ALU pipe 41%; the bound is each consumer warpgroup's chain,
+BENCHMARKS.md "The barriers the compiler places".)
 
 Shared memory per 64-row step at 16 heads: 41 KB copied in, 32 KB read by the score dots and
 32 KB by the PV view, the rope tile, q and P^T read by the dots: about 150 KB. The raw slot is
@@ -240,13 +245,15 @@ def _pair_sum(st, T_L: gl.constexpr):
 
 
 @gluon.jit
-def _scores_fp8(tiles, q_s0, q_s1, q_s2, q_s3, c0, c1, c2, c3, q_f, sp, zero8, T_L: gl.constexpr):
+def _scores_fp8(tiles, q_s0, q_s1, q_s2, q_s3, c0, c1, c2, c3, q_f, sp, zero8, acc3, v3, T_L: gl.constexpr):
     """The scores ``sp`` (the rope dot's, issued) plus each latent tile's e4m3 dots, A the raw
     tile in shared memory (``tiles``), times its rows' scales and ``q_f`` per head (q's parts
-    back to Q_F16_SCALE); the next tile's dots in flight while one tile's are summed."""
+    back to Q_F16_SCALE); the next tile's dots in flight while one tile's are summed. The
+    previous step's last PV dots (``acc3`` from ``v3``), issued before all these, are waited
+    for with the first tile's. Returns the scores and ``acc3``."""
     st0 = warpgroup_mma(tiles.index(0), q_s0.permute((1, 0)), zero8, use_acc=False, is_async=True)
     st1 = warpgroup_mma(tiles.index(1), q_s1.permute((1, 0)), zero8, use_acc=False, is_async=True)
-    st0 = warpgroup_mma_wait(1, deps=[st0])
+    st0, acc3, v3 = warpgroup_mma_wait(1, deps=[st0, acc3, v3])
     lat = _pair_sum(st0, T_L) * c0[:, None]
     st2 = warpgroup_mma(tiles.index(2), q_s2.permute((1, 0)), zero8, use_acc=False, is_async=True)
     st1 = warpgroup_mma_wait(1, deps=[st1])
@@ -256,7 +263,7 @@ def _scores_fp8(tiles, q_s0, q_s1, q_s2, q_s3, c0, c1, c2, c3, q_f, sp, zero8, T
     lat = lat + _pair_sum(st2, T_L) * c2[:, None]
     sp, st3 = warpgroup_mma_wait(0, deps=[sp, st3])
     lat = lat + _pair_sum(st3, T_L) * c3[:, None]
-    return sp + lat * q_f[None, :]
+    return sp + lat * q_f[None, :], acc3
 
 
 @gluon.jit
@@ -265,8 +272,9 @@ def _steps(q_s0, q_s1, q_s2, q_s3, q_sp, q_f, raw_ring, kp_smem, sc_smem, p_s, r
     """The consumer warpgroup's steps: the scores from the raw tiles (:func:`_scores_fp8`, q's
     parts back to scale by ``q_f`` per head), the online softmax along the rows (as
     kernels/gluon_narrow.py's), the four scaled P^T tiles (``p_s``), the slot freed, the PV
-    dots. Returns the four output accumulators [128, BLOCK_H] (columns in ``_v_col`` order,
-    times P_SCALE), the running max and per-entry denominators."""
+    dots, the last of them issued at the next step's start and waited for with its first
+    score dots. Returns the four output accumulators [128, BLOCK_H] (columns in ``_v_col``
+    order, times P_SCALE), the running max and per-entry denominators."""
     T_L: gl.constexpr = _acc_layout(BLOCK_H)
     ROW: gl.constexpr = gl.SliceLayout(1, T_L)
     b_m = gl.full([BLOCK_H], -1.0e30, gl.float32, layout=gl.SliceLayout(0, T_L))
@@ -277,6 +285,13 @@ def _steps(q_s0, q_s1, q_s2, q_s3, q_sp, q_f, raw_ring, kp_smem, sc_smem, p_s, r
     acc3 = gl.zeros([128, BLOCK_H], gl.float32, layout=T_L)
     s_zero = gl.zeros([BLOCK_N, BLOCK_H], gl.float32, layout=T_L)
     zero8 = gl.zeros([BLOCK_N, 2 * BLOCK_H], gl.float32, layout=_acc8_layout(BLOCK_H))
+    # Each step issues the previous step's last PV dots (V fragment ``v3``, P^T tile 3) first,
+    # so that they run while it waits for its slot and issues its score dots; before the
+    # first step they add zero times zero (P^T tile 3 cleared).
+    v3 = gl.zeros([128, BLOCK_N], gl.float16, layout=gl.DotOperandLayout(operand_index=0, parent=T_L, k_width=2))
+    p_s.index(3).store(gl.zeros([BLOCK_N, BLOCK_H], gl.float16, layout=T_L))
+    fence_async_shared()
+    _barrier()
     b_idx_next = _row_ids(p_idx, n_start, n_end, ROW, BLOCK_N)
     for i in range(n_steps):
         # (q's and P^T's views through an index the compiler cannot fold, so that their wgmma
@@ -292,6 +307,7 @@ def _steps(q_s0, q_s1, q_s2, q_s3, q_sp, q_f, raw_ring, kp_smem, sc_smem, p_s, r
         # (the next step's ids, loaded a step ahead: an L2 latency per step otherwise, 4.6% of
         # the consumers' samples at 16 heads in run 349)
         b_idx_next = _row_ids(p_idx, n_start + (i + 1) * BLOCK_N, n_end, ROW, BLOCK_N)
+        acc3 = warpgroup_mma(v3, pt3, acc3, is_async=True)
         mbarrier.wait(ready.index(slot), (i // NS) & 1)
         fence_async_shared()  # the copies before the wgmma's reads of the slot
         # the slot's four latent tiles as the score dots' A operands
@@ -302,8 +318,8 @@ def _steps(q_s0, q_s1, q_s2, q_s3, q_sp, q_f, raw_ring, kp_smem, sc_smem, p_s, r
         c3 = _scale_col(sc_smem, slot, 3, ROW)
         sp = warpgroup_mma(kp_smem.index(slot), _q_fresh(q_sp, z).permute((1, 0)), s_zero, use_acc=False,
                            is_async=True)
-        s = _scores_fp8(tiles, _q_fresh(q_s0, z), _q_fresh(q_s1, z), _q_fresh(q_s2, z), _q_fresh(q_s3, z), c0,
-                        c1, c2, c3, q_f, sp, zero8, T_L)
+        s, acc3 = _scores_fp8(tiles, _q_fresh(q_s0, z), _q_fresh(q_s1, z), _q_fresh(q_s2, z), _q_fresh(q_s3, z),
+                              c0, c1, c2, c3, q_f, sp, zero8, acc3, v3, T_L)
         p, b_m, b_l2, acc0, acc1, acc2, acc3 = gluon_narrow.narrow_probs(s, b_idx, n_rows, qk_scale, b_m, b_l2,
                                                                          acc0, acc1, acc2, acc3)
         p = p * P_SCALE
@@ -327,8 +343,9 @@ def _steps(q_s0, q_s1, q_s2, q_s3, q_sp, q_f, raw_ring, kp_smem, sc_smem, p_s, r
         # registers: the slot is free
         _arrive_all(free.index(slot))
         acc1, v1 = warpgroup_mma_wait(1, deps=[acc1, v1])
-        acc3 = warpgroup_mma(v3, pt3, acc3, is_async=True)
-        acc2, acc3, v2, v3 = warpgroup_mma_wait(0, deps=[acc2, acc3, v2, v3])
+        acc2, v2 = warpgroup_mma_wait(0, deps=[acc2, v2])
+    acc3 = warpgroup_mma(v3, p_s.index(3), acc3, is_async=True)
+    acc3, v3 = warpgroup_mma_wait(0, deps=[acc3, v3])
     return acc0, acc1, acc2, acc3, b_m, b_l2
 
 

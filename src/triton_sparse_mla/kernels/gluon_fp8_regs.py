@@ -30,10 +30,14 @@ into a ring of ``NS`` slots of 41 KB (a 16-bit slot is 72 KB), each latent tile 
 A wgmma's A fragment gives each thread pairs of K-adjacent values, in columns 8 apart and
 rows 8 apart; read as it stands that is a shared-memory access of 2 bytes. But the order of
 the output's columns (M of the PV dots) is free if the epilogue writes each to its place. So
-the PV dots' view of the raw bytes (``_V_VIEW``) maps a thread's 4 output columns to 4
+the PV dots' view of the raw bytes (``_W_VIEW``) maps a thread's 4 output columns to 4
 consecutive bytes of a row (one 4-byte load per row), and the epilogue stores column ``m`` of
 tile ``t`` at ``128 t + _v_col(m)``; under the copy's swizzle those loads are free of bank
-conflicts. Both views are linear maps of the byte offset (``gl.SharedLinearLayout``).
+conflicts. Both views are linear maps of the offset (``gl.SharedLinearLayout``). Each pair
+of rows' words then becomes the fragment's K pairs by two byte permutes and four conversions
+(``_PAIRS_ASM``): 1.017x at 16 heads and 1.036x at 8 over the form that left the order to
+the compiler (H100, run 381, T=4096 over 32K rows, two rounds), which permuted the converted
+16-bit values instead, twice as many permutes.
 
 One consumer warpgroup per program takes every step, and two programs share an SM (each 108
 KB of shared memory at 16 heads, 256 threads launched with at most 128 registers each: the
@@ -133,26 +137,11 @@ _COPY_VIEW = gl.constexpr(gl.SharedLinearLayout(offset_bases=[
 # rows, 128]) and q's parts as their B ([2 x BLOCK_H, 128]: row h holds head h's high part,
 # BLOCK_H + h its low part).
 _TILES = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2))
-# The PV dots' view [128 * tile + m, row] (V^T): byte bits 0-1 are m's bits 3 and 6
-# (registers), 2-4 m's bits 0-2 (lanes), 5-6 m's bits 4-5 (warps), under the copy's swizzle.
-_V_VIEW = gl.constexpr(gl.SharedLinearLayout(offset_bases=[
-    [8, 0], [64, 0], [1, 0], [2, 0], [4, 0], [16, 0], [32, 0], [4, 1], [16, 2], [32, 4],
-    [0, 8], [0, 16], [0, 32], [128, 0], [256, 0]]))
 E4M3_MAX = gl.constexpr(448.0)
-
-# The raw bytes as the PV dots load them [128, 64]: a wgmma A fragment of one warpgroup (4
-# warps along M) with its registers reordered so that those side by side in shared memory (4
-# bytes of a row) come first. The same values per thread as gl.DotOperandLayout(0, T_L, 2)
-# holds: converting is a renaming.
-_V_LOAD = gl.constexpr(gl.DistributedLinearLayout(
-    reg_bases=[[8, 0], [64, 0], [0, 1], [0, 8], [0, 16], [0, 32]],
-    lane_bases=[[0, 2], [0, 4], [1, 0], [2, 0], [4, 0]], warp_bases=[[16, 0], [32, 0]], block_bases=[],
-    shape=[128, 64]))
-
 
 @gluon.jit
 def _v_col(m):
-    """The byte of a 128-column tile that the PV dots' view names column ``m``."""
+    """The byte of a 128-column tile that the PV dots' view (``_W_VIEW``) names column ``m``."""
     return ((m >> 3) & 1) | (((m >> 6) & 1) << 1) | ((m & 7) << 2) | (((m >> 4) & 3) << 5)
 
 
@@ -162,12 +151,49 @@ def _acc_layout(BLOCK_H):
     return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_H, 16])
 
 
+# The PV dots' view of a slot: V^T's columns (M) as words of 4 bytes, [128 words, row], under
+# the copy's swizzle. Word w of a row holds the columns m, m + 8, m + 64 and m + 72 of tile
+# ``w // 32`` (m's bits 0-2 and 4-5 are w's bits 0-4), so a row's byte is ``_v_col(m)``: bits
+# 0-1 m's bits 3 and 6, 2-4 m's bits 0-2, 5-6 m's bits 4-5.
+_W_VIEW = gl.constexpr(gl.SharedLinearLayout(offset_bases=[
+    [1, 0], [2, 0], [4, 0], [8, 0], [16, 0], [4, 1], [8, 2], [16, 4], [0, 8], [0, 16], [0, 32], [32, 0], [64, 0]]))
+# One tile's words as the consumers load them [32, 64]: a wgmma A fragment of one warpgroup (4
+# warps along M) with the 4 columns of a word in one register, rows 2j and 2j + 1 in
+# consecutive registers; after :func:`_as_operand` the fragment's own values per thread.
+_W_LOAD = gl.constexpr(gl.DistributedLinearLayout(
+    reg_bases=[[0, 1], [0, 8], [0, 16], [0, 32]],
+    lane_bases=[[0, 2], [0, 4], [1, 0], [2, 0], [4, 0]], warp_bases=[[8, 0], [16, 0]], block_bases=[],
+    shape=[32, 64]))
+# Two rows' words (rows 2j and 2j + 1) into the fp16 values of a wgmma A fragment, two to a
+# register: one byte permute per two columns' K pairs, one conversion per K pair. Outputs:
+# rows 2j and 2j + 1 at columns m, m + 8, m + 64 and m + 72. Left to Triton (the bytes loaded
+# in the fragment's order and converted), the compiler permuted the converted 16-bit values
+# instead, one PRMT per K pair: 128 a thread and step where this takes 64.
+_PAIRS_ASM = gl.constexpr("""{
+.reg .b32 lo, hi;
+.reg .b16 l0, l1, h0, h1;
+prmt.b32 lo, $4, $5, 0x5140;
+prmt.b32 hi, $4, $5, 0x7362;
+mov.b32 {l0, l1}, lo;
+mov.b32 {h0, h1}, hi;
+cvt.rn.f16x2.e4m3x2 $0, l0;
+cvt.rn.f16x2.e4m3x2 $1, l1;
+cvt.rn.f16x2.e4m3x2 $2, h0;
+cvt.rn.f16x2.e4m3x2 $3, h1;
+}""")
+
+
 @gluon.jit
-def _as_operand(raw, T_L: gl.constexpr):
-    """Raw e4m3 bytes ``raw`` (as loaded in ``_V_LOAD``) converted (exactly) to fp16, as the
-    A operand of a wgmma with accumulator layout ``T_L``."""
-    b = raw.to(gl.float8e4nv, bitcast=True).to(gl.float16)
-    return gl.convert_layout(b, gl.DotOperandLayout(operand_index=0, parent=T_L, k_width=2))
+def _as_operand(w, T_L: gl.constexpr):
+    """One tile's raw words ``w`` [32, 64] (as loaded in ``_W_LOAD``) converted (exactly: every
+    e4m3 value is an fp16 value) to V^T [128, 64] fp16, the A operand of a wgmma with
+    accumulator layout ``T_L``."""
+    # (pack=2: each call takes two consecutive registers, rows 2j and 2j + 1 of a word)
+    o = gl.inline_asm_elementwise(_PAIRS_ASM, "=r,=r,=r,=r,r,r", [w], [gl.float16] * 4, is_pure=True, pack=2)
+    x = gl.join(gl.join(o[0], o[1]), gl.join(o[2], o[3]))  # [word, row, m bit 3, m bit 6]
+    # the word's bits 0-2 are m's bits 0-2, its bits 3-4 m's bits 4-5
+    x = x.reshape([4, 8, 64, 2, 2]).permute((4, 0, 3, 1, 2)).reshape([128, 64])
+    return gl.convert_layout(x, gl.DotOperandLayout(operand_index=0, parent=T_L, k_width=2), assert_trivial=True)
 
 
 @gluon.jit
@@ -327,18 +353,18 @@ def _steps(q_s0, q_s1, q_s2, q_s3, q_sp, q_f, raw_ring, kp_smem, sc_smem, p_s, r
         pt1.store((p * c1[:, None]).to(gl.float16))
         pt2.store((p * c2[:, None]).to(gl.float16))
         pt3.store((p * c3[:, None]).to(gl.float16))
-        vv = _reinterpret(raw_ring.index(slot), gl.uint8, [RAW, BLOCK_N], _V_VIEW)
-        v0 = _as_operand(vv.slice(0, 128, dim=0).load(_V_LOAD), T_L)
-        v1 = _as_operand(vv.slice(128, 128, dim=0).load(_V_LOAD), T_L)
+        vv = _reinterpret(raw_ring.index(slot), gl.int32, [RAW // 4, BLOCK_N], _W_VIEW)
+        v0 = _as_operand(vv.slice(0, 32, dim=0).load(_W_LOAD), T_L)
+        v1 = _as_operand(vv.slice(32, 32, dim=0).load(_W_LOAD), T_L)
         fence_async_shared()  # this thread's part of P^T, for the wgmma
         _barrier()  # every thread of the warpgroup's part
         # (at most two V fragments live, and a third loading)
         acc0 = warpgroup_mma(v0, pt0, acc0, is_async=True)
         acc1 = warpgroup_mma(v1, pt1, acc1, is_async=True)
-        v2 = _as_operand(vv.slice(256, 128, dim=0).load(_V_LOAD), T_L)
+        v2 = _as_operand(vv.slice(64, 32, dim=0).load(_W_LOAD), T_L)
         acc0, v0 = warpgroup_mma_wait(1, deps=[acc0, v0])
         acc2 = warpgroup_mma(v2, pt2, acc2, is_async=True)
-        v3 = _as_operand(vv.slice(384, 128, dim=0).load(_V_LOAD), T_L)
+        v3 = _as_operand(vv.slice(96, 32, dim=0).load(_W_LOAD), T_L)
         # the score dots are done and every thread of the warpgroup has its V bytes in
         # registers: the slot is free
         _arrive_all(free.index(slot))

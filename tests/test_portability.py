@@ -334,12 +334,14 @@ def test_gluon_fp8_regs_kernel_compiles(tmp_path):
         # words; no 2-byte loads; fewer 16-byte loads in the whole kernel
         # (q's and the scales') than one step's raw bytes would take
         words = 64 * 512 // 128 // 4
-        assert loads["b32"] >= words and loads["v2.b16"] == 0 and c["prmt"] == words, (variant, c)
+        # (the last tile's words converted once more after the loop, for the last step's last
+        # PV dots)
+        assert loads["b32"] >= words and loads["v2.b16"] == 0 and c["prmt"] == words + words // 4, (variant, c)
         assert loads["v4.b32"] < 64 * 512 // 128 // 16, (variant, c)
         # (one byte load is Triton's own: the partitions' hand-over flag)
         assert loads["u8"] == 0 and loads["b8"] <= 1, (variant, c)
         block_h = int(variant.split("/")[0])
-        assert c["cvt"] == 64 * 512 // 128 // 2 + 4 * block_h * 128 // 128 // 2, (variant, c)
+        assert c["cvt"] == 64 * 512 // 128 // 2 * 5 // 4 + 4 * block_h * 128 // 128 // 2, (variant, c)
         consumer = c["consumer_regs"]
         producer = min(r for r in c["regs"] if r > 24)  # (24: Triton's idle workers before the partitions start)
         assert consumer in c["regs"] and 2 * (128 * consumer + 128 * producer) <= 65536, (variant, c)

@@ -269,8 +269,9 @@ _N8 = dataclasses.replace(_N16, block_h=8)
 # tiles in shared memory: 1.012-1.014x more at 16 heads, 1.003x at 8 (runs 363-364). One
 # consumer warpgroup per program, two programs per SM: 1.037x more at 16 heads, 1.051x at 8
 # (T=4096 over 32K rows, run 366). The last PV dots issued a step later, 1.010x and 1.002x
-# (run 377); the PV operand's K pairs by byte permutes, 1.017x and 1.036x (run 381). Not yet
-# timed on an H200.
+# (run 377); the PV operand's K pairs by byte permutes, 1.017x and 1.036x (run 381); the last
+# tile's raw words carried into the next step instead of its converted fragment, 1.006x and
+# 1.017x (run 385). Not yet timed on an H200.
 _N8_REGS = dataclasses.replace(_N8, fp8_regs=True)
 _N16_REGS = dataclasses.replace(_N16, fp8_regs=True)
 _N32 = C(32, 64, 4, 2, fp8_f16=True, gluon=True, fallback=C(32, 32, 4, 2, fp8_f16=True))

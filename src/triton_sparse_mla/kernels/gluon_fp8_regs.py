@@ -311,10 +311,12 @@ def _steps(q_s0, q_s1, q_s2, q_s3, q_sp, q_f, raw_ring, kp_smem, sc_smem, p_s, r
     acc3 = gl.zeros([128, BLOCK_H], gl.float32, layout=T_L)
     s_zero = gl.zeros([BLOCK_N, BLOCK_H], gl.float32, layout=T_L)
     zero8 = gl.zeros([BLOCK_N, 2 * BLOCK_H], gl.float32, layout=_acc8_layout(BLOCK_H))
-    # Each step issues the previous step's last PV dots (V fragment ``v3``, P^T tile 3) first,
-    # so that they run while it waits for its slot and issues its score dots; before the
-    # first step they add zero times zero (P^T tile 3 cleared).
-    v3 = gl.zeros([128, BLOCK_N], gl.float16, layout=gl.DotOperandLayout(operand_index=0, parent=T_L, k_width=2))
+    # Each step issues the previous step's last PV dots (P^T tile 3 and that step's last raw
+    # words ``w3``, converted here) first, so that they run while it waits for its slot and
+    # issues its score dots; before the first step they add zero times zero (P^T tile 3
+    # cleared). (Carried converted, the 32 registers of the fragment were copied into the
+    # wgmma's at every step's start: 32 moves a step that the 16 raw words do not need.)
+    w3 = gl.zeros([32, BLOCK_N], gl.int32, layout=_W_LOAD)
     p_s.index(3).store(gl.zeros([BLOCK_N, BLOCK_H], gl.float16, layout=T_L))
     fence_async_shared()
     _barrier()
@@ -333,6 +335,7 @@ def _steps(q_s0, q_s1, q_s2, q_s3, q_sp, q_f, raw_ring, kp_smem, sc_smem, p_s, r
         # (the next step's ids, loaded a step ahead: an L2 latency per step otherwise, 4.6% of
         # the consumers' samples at 16 heads in run 349)
         b_idx_next = _row_ids(p_idx, n_start + (i + 1) * BLOCK_N, n_end, ROW, BLOCK_N)
+        v3 = _as_operand(w3, T_L)
         acc3 = warpgroup_mma(v3, pt3, acc3, is_async=True)
         mbarrier.wait(ready.index(slot), (i // NS) & 1)
         fence_async_shared()  # the copies before the wgmma's reads of the slot
@@ -364,14 +367,14 @@ def _steps(q_s0, q_s1, q_s2, q_s3, q_sp, q_f, raw_ring, kp_smem, sc_smem, p_s, r
         v2 = _as_operand(vv.slice(64, 32, dim=0).load(_W_LOAD), T_L)
         acc0, v0 = warpgroup_mma_wait(1, deps=[acc0, v0])
         acc2 = warpgroup_mma(v2, pt2, acc2, is_async=True)
-        v3 = _as_operand(vv.slice(96, 32, dim=0).load(_W_LOAD), T_L)
+        w3 = vv.slice(96, 32, dim=0).load(_W_LOAD)
         # the score dots are done and every thread of the warpgroup has its V bytes in
         # registers: the slot is free
         _arrive_all(free.index(slot))
         acc1, v1 = warpgroup_mma_wait(1, deps=[acc1, v1])
         acc2, v2 = warpgroup_mma_wait(0, deps=[acc2, v2])
-    acc3 = warpgroup_mma(v3, p_s.index(3), acc3, is_async=True)
-    acc3, v3 = warpgroup_mma_wait(0, deps=[acc3, v3])
+    acc3 = warpgroup_mma(_as_operand(w3, T_L), p_s.index(3), acc3, is_async=True)
+    acc3 = warpgroup_mma_wait(0, deps=[acc3])
     return acc0, acc1, acc2, acc3, b_m, b_l2
 
 

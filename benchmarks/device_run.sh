@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One self-contained call on the GPU machine: install, test, sanitize, sweep, benchmark.
 # Usage (on the device, from the repo root): bash benchmarks/device_run.sh [steps...]
-# Steps: triton-a triton-b tests sanitizer sweep envab patchab intdecode narrow stride fp8sweep splits splits-len warps fp8choice fp8short wsparts overhead hostcost hostcost-ab residency residency-toggle residency-warps indexer indexer-fp8dot indexer-tiles indexer-heads indexer-heads-tiles indexer-env indexer-ncu ncu ppc ppncu nbprobe vllmtests mid grid gatherl2 splitn splitlat splitprobe exchange apart racecheck racecheck-producer wide latency toggle bench prefill (default: tests sanitizer sweep bench
+# Steps: triton-a triton-b tests sanitizer sweep envab patchab intdecode narrow stride fp8sweep splits regs-decode splits-len warps fp8choice fp8short wsparts overhead hostcost hostcost-ab residency residency-toggle residency-warps indexer indexer-fp8dot indexer-tiles indexer-heads indexer-heads-tiles indexer-env indexer-ncu ncu ppc ppncu nbprobe vllmtests mid grid gatherl2 splitn splitlat splitprobe exchange apart racecheck racecheck-producer wide latency toggle bench prefill (default: tests sanitizer sweep bench
 # prefill). toggle and residency-toggle time a boolean TileConfig field off and on, named by
 # $TOGGLE (e.g. TOGGLE=prefetch_idx), on the workloads of one row format if $TOGGLE_FMT is set
 # (e.g. TOGGLE_FMT=fp8_ds_mla) and of the head counts in $TOGGLE_HEADS (toggle only; e.g.
@@ -56,6 +56,7 @@ for s in $steps; do
     sanitizer) timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 python3 benchmarks/sanitize_case.py 2>&1 | tee "$OUT/sanitizer.log" | tail -15 ;;
     sweep) timeout 400 python3 benchmarks/sweep.py "$OUT/sweep.json" > "$OUT/sweep.log" 2>&1; grep BEST "$OUT/sweep.log" ;;
     splits) timeout 200 python3 benchmarks/sweep.py "$OUT/sweep-splits.json" --splits 2>&1 | tee "$OUT/sweep-splits.log" | grep SPLIT ;;
+    regs-decode) timeout 420 python3 benchmarks/sweep.py "$OUT/sweep-regs-decode.json" --regs-decode 2>&1 | tee "$OUT/sweep-regs-decode.log" | grep REGSDEC ;;
     splits-len) timeout 240 python3 benchmarks/sweep.py "$OUT/sweep-splits-len.json" --splits-len 2>&1 | tee "$OUT/sweep-splits-len.log" | grep SPLIT ;;
     splitprobe) timeout 150 python3 benchmarks/kernel_split_probe.py "$OUT/split-probe.json" 2>&1 | tee "$OUT/split-probe.log" | grep -E "PROBE|Error" ;;
     gatherl2) # the bare gather from the prefill bench's L2-resident cache (32K rows, T=4096)

@@ -3,9 +3,9 @@
 Prints per workload every candidate's median time (CUDA-graph replay) and the compiled
 kernel's registers, spills and shared memory; writes JSON. The winners go into configs.py
 with a note of the run. Usage: python benchmarks/sweep.py OUT.json
-[--fp8 | --splits | --splits-len | --exchange | --apart | --wide | --latency | --warps | --narrow | --toggle FIELD [--fmt FMT] [--heads H,H] [--base FIELD]]
+[--fp8 | --splits | --regs-decode | --splits-len | --exchange | --apart | --wide | --latency | --warps | --narrow | --toggle FIELD [--fmt FMT] [--heads H,H] [--base FIELD]]
 (--fp8: fp8 conversion variants, pinned or not; --splits: the shipped plan under several
-split rules; --splits-len: the same with random lengths, up to 8 waves; --exchange: 64-head tiles with and without the probabilities through scratch, and
+split rules; --regs-decode: fp8_regs in decode at 8 and 16 heads under several split rules; --splits-len: the same with random lengths, up to 8 waves; --exchange: 64-head tiles with and without the probabilities through scratch, and
 the latency tiles for 64+ heads; --apart: the exchange tile against scores_apart tiles; --wide: 16-warp exchange tiles; --latency: where the latency phase should end;
 --warps: 16-head tiles with 8 warps; --narrow: the few-head Gluon fp8 tiles against the shipped ones and FlashMLA; --toggle FIELD:
 each workload's shipped tile with a boolean TileConfig field off and on, e.g. prefetch_idx
@@ -122,6 +122,8 @@ def main(path):
         return main_splits(path)
     if "--splits-len" in sys.argv:
         return main_splits(path, LEN_SPLIT_WORKLOADS, rules=(1, 2, 4, 8))
+    if "--regs-decode" in sys.argv:
+        return main_regs_decode(path)
     if "--apart" in sys.argv:
         return main_exchange(path, APART_WORKLOADS, APART_TILES, "APART")
     if "--exchange" in sys.argv:
@@ -361,6 +363,35 @@ def main_toggle(path, field, fmt=None, heads=None, base=None):
             print(f"TOGGLE {w.name:38} {t.block_h}x{t.block_n} s{t.num_stages} ex={int(t.exchange_p)} "
                   f"{field}={int(on)} splits={rec['splits']:3d} {rec['us']:9.1f} us "
                   f"diff={rec['rel_diff']:.1e} {meta}", flush=True)
+    with open(path, "w") as f:
+        json.dump(records, f, indent=1)
+
+
+# --regs-decode: decode over fp8_ds_mla rows with 8 and 16 heads, the shipped tile (its split
+# rule) against the same tile with ``fp8_regs`` (kernels/gluon_fp8_regs.py) split for 1 to 4
+# programs per SM (its rule counts 2), all-valid and random lengths.
+REGS_DECODE_WORKLOADS = [Workload("decode", t, h, "fp8_ds_mla", lengths=lengths)
+                         for t in (32, 128, 512) for h in (8, 16) for lengths in ("full", "random")]
+
+
+def main_regs_decode(path, rules=(1, 2, 3, 4)):
+    """Each REGS_DECODE_WORKLOADS workload's shipped tile, then its fp8_regs form under each
+    split rule in ``rules``, twice in turn; outputs compared with the shipped tile's."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    caches = Caches()
+    records = []
+    for w in REGS_DECODE_WORKLOADS:
+        shipped = configs.plan_launch("sm90", sms, 1, t_count=w.t, h_count=w.h, topk=2048, fp8=True).tile
+        regs = dataclasses.replace(shipped, fp8_regs=True)
+        inputs = make_inputs(w, caches)
+        first = []
+        for rnd in range(2):
+            for tile, per_sm in [(shipped, None)] + [(regs, r) for r in rules]:
+                rec, meta = time_against_first(inputs, w, tile, True, sms, first, per_sm=per_sm)
+                records.append(dict(rec, fp8_regs=tile.fp8_regs, per_sm=per_sm, round=rnd))
+                print(f"REGSDEC {w.name:40} fp8_regs={int(tile.fp8_regs)} per_sm={per_sm or '-'} "
+                      f"splits={rec['splits']:3d} {rec['us']:8.1f} us diff={rec['rel_diff']:.1e} {meta}",
+                      flush=True)
     with open(path, "w") as f:
         json.dump(records, f, indent=1)
 

@@ -42,62 +42,30 @@ the compiler (H100, run 381, T=4096 over 32K rows, two rounds), which permuted t
 One consumer warpgroup per program takes every step, and two programs share an SM (each 108
 KB of shared memory at 16 heads, 256 threads launched with at most 128 registers each: the
 consumer 200, the producer 56), so that the SM runs two consumer warpgroups whose tiles start
-and end apart. Until 2026-12-07 the two warpgroups were one program's, taking alternate steps
-and merging their states at the end; Nsight Compute then put 3.4-5% of the first warpgroup's
-samples before its loop and as many after it (q loaded, the first copies awaited; the merge,
-the output written), with half or all of the SM's consumers idle meanwhile (run 353). Two
-programs of one warpgroup against that form in one run (H100, run 366, T=4096 over 32K rows,
-two rounds): 1.037x at 16 heads (1435 against 1488 us), 1.051x at 8 (1230 against 1293). One
-warpgroup alone in an SM, one warp per scheduler, ran the step at 0.93-0.99x of
-kernels/gluon_fp8_producer.py's at 8 heads (H200, 2026-12-06, run 331). Three warpgroups
-taking every third step (at 152 registers each, the producer at 56) ran 0.91-0.95x at 8 heads;
-at 16 heads they fit only with fewer dots in flight, 1.083x over the four-row producer below
-but 0.88x over the two-row one (H100, runs 341 and 345; BENCHMARKS.md "Two rows per copy
-instruction, and three consumer warpgroups"; the patches in benchmarks/results apply at commit
-f895fdb).
+and end apart. (One program whose two warpgroups took alternate steps and merged their states
+at the end ran 1.037x slower at 16 heads and 1.051x at 8: H100, run 366.)
 
-Measured (H100, 2026-12-07, runs 332 and 335-336; BENCHMARKS.md "Raw e4m3 rows into
-register operands"): 1.17-1.18x over kernels/gluon_fp8_producer.py's tile in prefill T=4096
-over a 32K-row cache (8 and 16 heads), 0.96-0.99x over 1M rows (1.04x at 8 heads with random
-lengths). Each warpgroup's latent dots, then from registers, pipelined over 64-column halves:
-1.016x at 16 heads, 1.003x at 8. The sm90 prefill table ran it up to 8 heads (configs._N8_REGS), where it
-beats the bf16 workspace (workspace.py) at every reuse measured (1.10-1.18x); at 16 heads the
-two tied over 32K rows (run 335).
-Nsight Compute at 16 heads (run 335) put the producer's four warps on the row ids' loads
-(23% of their samples, about an L2 latency per step despite an L1 prefetch) and on barriers
-between the four scale copies. So the producer (:func:`regs_producer`) loads each step's ids
-a step ahead, into registers, one id per thread and pass, and copies the four scales of the
-step's rows in one copy: its loop was 168 instructions per warp where it had been 388. Against
-the previous producer in one run (H100, runs 337-338): 1.037x at T=1024, 1.027x at T=4096,
-1.052x at T=16384 over 32K rows and 1.091x over 1M rows (T=4096), all at 8 heads; but
-0.962-0.965x at 16 heads. There each copy instruction covered four rows x 128 bytes, 8 cache
-lines of vLLM's 656-byte rows where one row x 512 bytes had touched 5. With two rows x 256
-bytes per instruction (``COPY_ROWS``, 6 lines; 227 instructions per warp and step) it runs
-1.077x over the four-row form at 16 heads and 1.043-1.051x at 8 (runs 341-342), and beats the
-bf16 workspace at 16 heads too (1581 against 1592 us at T=4096, 1.045x at T=1024, 1.07x at
-T=16384 over 32K rows; run 343): the sm90 prefill table runs it up to 16 heads.
-Nsight Compute at 16 heads (run 349) then found the consumers issuing on 20% of their cycles
-and the schedulers on 47%: the consumers wait on dependencies, not on issue slots. So each
-warpgroup loads its next step's row ids a step ahead (their L2 latency had been 4.6% of its
-samples) and each half-tile's raw bytes ahead of their conversion (the shared-memory latency
-in front of each conversion, 12%): one half-tile ahead, 1.017x at 16 heads over 32K rows,
-1.053x at 8, 1.028x over 1M rows (H100, run 351; the ids alone 1.014x, 1.022x, 1.024x); two
-ahead, 1.015x more at 16 heads, 1.004x at 8 (run 356; under Triton 3.6 one register of the
-softmax's cross-warp max then spilled in each step loop, none under 3.8).
-The score dots then moved to shared memory as e4m3 wgmmas on the raw tiles (no loads into
-registers, no conversion; the consumers' loop 902 instructions per step at 16 heads where it
-was 1038, no spill under Triton 3.6 either): 1.012x and 1.014x at 16 heads (T=4096 and 16384
-over 32K rows, three rounds), 1.003x at 8 (H100, runs 363-364). With their A fragments in
-registers instead (a kept patch, 2026-12-07-fp8-regs-qk-e4m3.patch) the same dots gave wrong
-results, likeliest because Triton's wgmma wait takes no 8-bit values, so nothing held those
-registers until the dots had read them. Each step then issues the previous step's last PV
-dots first, before its slot's wait, and waits for them with its first score dots: 1.010x at
-16 heads, 1.002x at 8 (H100, run 377, T=4096 over 32K rows, two rounds). Carried across the
-loop as an async accumulator instead, those dots made ptxas serialize every wgmma (C7514);
-carried as the V fragment and P^T tile 3, issued at the step's start, they do not.
-(Nsight Compute, run 362, before the e4m3 score dots: the 16-head step kept the tensor pipe
-busy 20% of its cycles, the ALU pipe 41%; the bound is each consumer warpgroup's chain,
-BENCHMARKS.md "The barriers the compiler places".)
+A consumer step (:func:`_steps`): the previous step's last PV dots (its last tile's raw words
+carried in 16 registers and converted here), the wait for the step's slot, the rope dot and the
+latent tiles' e4m3 score dots from shared memory, the softmax, four P^T tiles stored, then each
+latent tile's words loaded, converted and its PV dots issued; the slot is freed once the score
+dots are done and the last tile's words are in registers. The step is bound by that chain's
+latency, not by issue slots or a pipe (Nsight Compute, runs 349 and 362: the consumers issue on
+about 20% of their cycles; at 16 heads the tensor pipe is busy 20% of the cycles, the ALU pipe
+41%). The producer (:func:`regs_producer`) loads each step's row ids a step ahead, into
+registers, and copies two rows per instruction (``COPY_ROWS``).
+
+Measured (BENCHMARKS.md, the parts from "Raw e4m3 rows into register operands" on; each change
+timed against the tree before it in one run): against kernels/gluon_fp8_producer.py's tile,
+prefill T=4096 over 32K rows 1.40x at 16 heads and 1.50x at 8, over 1M rows 1.16-1.17x at 16
+(H100, run 386). The sm90 prefill tables run it up to 16 heads (configs._N8_REGS, _N16_REGS),
+where it also beats the bf16 workspace (workspace.py) at every reuse measured. Tried and
+dropped: three consumer warpgroups on every third step (0.88-0.95x, runs 341 and 345); the
+score dots' A fragments as e4m3 in registers (wrong results, likeliest because Triton's wgmma
+wait takes no 8-bit values, so nothing kept those registers until the dots had read them); the next step's
+score dots issued early (0.85x at 16 heads, run 368: the ring would need its next slot
+sooner); the last PV dots carried across the loop as an async accumulator (ptxas then
+serialized every wgmma, C7514).
 
 Shared memory per 64-row step at 16 heads: 41 KB copied in, 32 KB read by the score dots and
 32 KB by the PV view, the rope tile, q and P^T read by the dots: about 150 KB. The raw slot is

@@ -368,13 +368,13 @@ def main_toggle(path, field, fmt=None, heads=None, base=None):
 
 
 # --regs-decode: decode over fp8_ds_mla rows with 8 and 16 heads, the shipped tile (its split
-# rule) against the same tile with ``fp8_regs`` (kernels/gluon_fp8_regs.py) split for 1 to 4
+# rule) against the same tile with ``fp8_regs`` (kernels/gluon_fp8_regs.py) split for 1, 2 or 4
 # programs per SM (its rule counts 2), all-valid and random lengths.
 REGS_DECODE_WORKLOADS = [Workload("decode", t, h, "fp8_ds_mla", lengths=lengths)
                          for t in (32, 128, 512) for h in (8, 16) for lengths in ("full", "random")]
 
 
-def main_regs_decode(path, rules=(1, 2, 3, 4)):
+def main_regs_decode(path, rules=(1, 2, 4)):
     """Each REGS_DECODE_WORKLOADS workload's shipped tile, then its fp8_regs form under each
     split rule in ``rules``, twice in turn; outputs compared with the shipped tile's."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count

@@ -56,7 +56,7 @@ for s in $steps; do
     sanitizer) timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 python3 benchmarks/sanitize_case.py 2>&1 | tee "$OUT/sanitizer.log" | tail -15 ;;
     sweep) timeout 400 python3 benchmarks/sweep.py "$OUT/sweep.json" > "$OUT/sweep.log" 2>&1; grep BEST "$OUT/sweep.log" ;;
     splits) timeout 200 python3 benchmarks/sweep.py "$OUT/sweep-splits.json" --splits 2>&1 | tee "$OUT/sweep-splits.log" | grep SPLIT ;;
-    regs-decode) timeout 420 python3 benchmarks/sweep.py "$OUT/sweep-regs-decode.json" --regs-decode 2>&1 | tee "$OUT/sweep-regs-decode.log" | grep REGSDEC ;;
+    regs-decode) timeout 420 python3 benchmarks/sweep.py "$OUT/sweep-regs-decode.json" --regs-decode ${REGS_TOKENS:+--tokens $REGS_TOKENS} ${REGS_ROUNDS:+--rounds $REGS_ROUNDS} 2>&1 | tee "$OUT/sweep-regs-decode.log" | grep REGSDEC ;;
     splits-len) timeout 240 python3 benchmarks/sweep.py "$OUT/sweep-splits-len.json" --splits-len 2>&1 | tee "$OUT/sweep-splits-len.log" | grep SPLIT ;;
     splitprobe) timeout 150 python3 benchmarks/kernel_split_probe.py "$OUT/split-probe.json" 2>&1 | tee "$OUT/split-probe.log" | grep -E "PROBE|Error" ;;
     gatherl2) # the bare gather from the prefill bench's L2-resident cache (32K rows, T=4096)

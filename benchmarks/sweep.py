@@ -3,7 +3,7 @@
 Prints per workload every candidate's median time (CUDA-graph replay) and the compiled
 kernel's registers, spills and shared memory; writes JSON. The winners go into configs.py
 with a note of the run. Usage: python benchmarks/sweep.py OUT.json
-[--fp8 | --splits | --regs-decode | --splits-len | --exchange | --apart | --wide | --latency | --warps | --narrow | --toggle FIELD [--fmt FMT] [--heads H,H] [--base FIELD]]
+[--fp8 | --splits | --regs-decode [--tokens T,T] [--rounds N] | --splits-len | --exchange | --apart | --wide | --latency | --warps | --narrow | --toggle FIELD [--fmt FMT] [--heads H,H] [--base FIELD]]
 (--fp8: fp8 conversion variants, pinned or not; --splits: the shipped plan under several
 split rules; --regs-decode: fp8_regs in decode at 8 and 16 heads under several split rules; --splits-len: the same with random lengths, up to 8 waves; --exchange: 64-head tiles with and without the probabilities through scratch, and
 the latency tiles for 64+ heads; --apart: the exchange tile against scores_apart tiles; --wide: 16-warp exchange tiles; --latency: where the latency phase should end;
@@ -123,7 +123,9 @@ def main(path):
     if "--splits-len" in sys.argv:
         return main_splits(path, LEN_SPLIT_WORKLOADS, rules=(1, 2, 4, 8))
     if "--regs-decode" in sys.argv:
-        return main_regs_decode(path)
+        return main_regs_decode(path, rounds=int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 2,
+                                tokens=[int(t) for t in sys.argv[sys.argv.index("--tokens") + 1].split(",")]
+                                if "--tokens" in sys.argv else None)
     if "--apart" in sys.argv:
         return main_exchange(path, APART_WORKLOADS, APART_TILES, "APART")
     if "--exchange" in sys.argv:
@@ -374,18 +376,21 @@ REGS_DECODE_WORKLOADS = [Workload("decode", t, h, "fp8_ds_mla", lengths=lengths)
                          for t in (32, 128, 512) for h in (8, 16) for lengths in ("full", "random")]
 
 
-def main_regs_decode(path, rules=(1, 2, 4)):
-    """Each REGS_DECODE_WORKLOADS workload's shipped tile, then its fp8_regs form under each
-    split rule in ``rules``, twice in turn; outputs compared with the shipped tile's."""
+def main_regs_decode(path, rules=(1, 2, 4), rounds=2, tokens=None):
+    """Each REGS_DECODE_WORKLOADS workload (of the token counts in ``tokens``, if given) with
+    its shipped tile, then its fp8_regs form under each split rule in ``rules``, ``rounds``
+    times in turn; outputs compared with the shipped tile's."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     caches = Caches()
     records = []
     for w in REGS_DECODE_WORKLOADS:
+        if tokens and w.t not in tokens:
+            continue
         shipped = configs.plan_launch("sm90", sms, 1, t_count=w.t, h_count=w.h, topk=2048, fp8=True).tile
         regs = dataclasses.replace(shipped, fp8_regs=True)
         inputs = make_inputs(w, caches)
         first = []
-        for rnd in range(2):
+        for rnd in range(rounds):
             for tile, per_sm in [(shipped, None)] + [(regs, r) for r in rules]:
                 rec, meta = time_against_first(inputs, w, tile, True, sms, first, per_sm=per_sm)
                 records.append(dict(rec, fp8_regs=tile.fp8_regs, per_sm=per_sm, round=rnd))

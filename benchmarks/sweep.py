@@ -115,6 +115,16 @@ def flashmla_record(w, inputs, label):
     return dict(workload=w.name, tile="FlashMLA", us=fm_us)
 
 
+def _option(name):
+    """The command line's value after ``name``, or None where it is absent."""
+    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else None
+
+
+def _ints(value):
+    """``"8,16"`` as ``[8, 16]``; None as None."""
+    return [int(v) for v in value.split(",")] if value else None
+
+
 def main(path):
     if "--fp8" in sys.argv:
         return main_fp8(path)
@@ -123,9 +133,7 @@ def main(path):
     if "--splits-len" in sys.argv:
         return main_splits(path, LEN_SPLIT_WORKLOADS, rules=(1, 2, 4, 8))
     if "--regs-decode" in sys.argv:
-        return main_regs_decode(path, rounds=int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 2,
-                                tokens=[int(t) for t in sys.argv[sys.argv.index("--tokens") + 1].split(",")]
-                                if "--tokens" in sys.argv else None)
+        return main_regs_decode(path, rounds=int(_option("--rounds") or 2), tokens=_ints(_option("--tokens")))
     if "--apart" in sys.argv:
         return main_exchange(path, APART_WORKLOADS, APART_TILES, "APART")
     if "--exchange" in sys.argv:
@@ -137,13 +145,9 @@ def main(path):
     if "--warps" in sys.argv:
         return main_warps(path)
     if "--narrow" in sys.argv:
-        return main_narrow(path, sys.argv[sys.argv.index("--fmt") + 1] if "--fmt" in sys.argv else None)
+        return main_narrow(path, _option("--fmt"))
     if "--toggle" in sys.argv:
-        return main_toggle(path, sys.argv[sys.argv.index("--toggle") + 1],
-                           sys.argv[sys.argv.index("--fmt") + 1] if "--fmt" in sys.argv else None,
-                           [int(h) for h in sys.argv[sys.argv.index("--heads") + 1].split(",")]
-                           if "--heads" in sys.argv else None,
-                           sys.argv[sys.argv.index("--base") + 1] if "--base" in sys.argv else None)
+        return main_toggle(path, _option("--toggle"), _option("--fmt"), _ints(_option("--heads")), _option("--base"))
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     caches = Caches()
     records = []

@@ -330,12 +330,12 @@ def test_gluon_fp8_regs_kernel_compiles(tmp_path):
         assert c["rope_dots"] == 64 // 16, (variant, c)
         loads = c["raw_loads"]
         # per warpgroup step: 64 rows x 512 bytes / 128 threads by 4-byte loads (among others:
-        # the scales', as many as the Triton places), two byte permutes per pair of rows'
-        # words; no 2-byte loads; fewer 16-byte loads in the whole kernel
-        # (q's and the scales') than one step's raw bytes would take
+        # the scales', as many as Triton places), two byte permutes per pair of rows' words; no
+        # 2-byte loads; fewer 16-byte loads in the whole kernel (q's and the scales') than one
+        # step's raw bytes would take. The last tile's words (a quarter of a step's) are
+        # permuted and converted once more after the loop, for the last step's last PV dots:
+        # hence words // 4 more permutes here and 5 // 4 of a step's conversions below.
         words = 64 * 512 // 128 // 4
-        # (the last tile's words converted once more after the loop, for the last step's last
-        # PV dots)
         assert loads["b32"] >= words and loads["v2.b16"] == 0 and c["prmt"] == words + words // 4, (variant, c)
         assert loads["v4.b32"] < 64 * 512 // 128 // 16, (variant, c)
         # (one byte load is Triton's own: the partitions' hand-over flag)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One self-contained call on the GPU machine: install, test, sanitize, sweep, benchmark.
 # Usage (on the device, from the repo root): bash benchmarks/device_run.sh [steps...]
-# Steps: triton-a triton-b tests sanitizer sweep envab patchab intdecode narrow stride fp8sweep splits regs-decode splits-len warps fp8choice fp8short wsparts overhead hostcost hostcost-ab residency residency-toggle residency-warps indexer indexer-fp8dot indexer-tiles indexer-heads indexer-heads-tiles indexer-env indexer-ncu ncu ppc ppncu nbprobe vllmtests mid grid gatherl2 splitn splitlat splitprobe exchange apart racecheck racecheck-producer wide latency toggle bench prefill (default: tests sanitizer sweep bench
+# Steps: triton-a triton-b tests sanitizer sweep envab patchab intdecode narrow stride fp8sweep splits regs-decode splits-len warps fp8choice fp8short wsparts overhead hostcost hostcost-ab residency residency-toggle residency-warps indexer indexer-fp8dot indexer-tiles indexer-heads indexer-heads-tiles indexer-env indexer-ncu ncu ppc ppncu nbprobe vllmtests mid grid gatherl2 splitn splitlat splitprobe exchange apart racecheck racecheck-producer wide latency toggle targets bench prefill (default: tests sanitizer sweep bench
 # prefill). toggle and residency-toggle time a boolean TileConfig field off and on, named by
 # $TOGGLE (e.g. TOGGLE=prefetch_idx), on the workloads of one row format if $TOGGLE_FMT is set
 # (e.g. TOGGLE_FMT=fp8_ds_mla) and of the head counts in $TOGGLE_HEADS (toggle only; e.g.
@@ -197,6 +197,13 @@ for s in $steps; do
         ncu --import "$OUT/pp-$tag.ncu-rep" --page details --csv > "$OUT/pp-$tag-details.csv" 2>&1
         ncu --import "$OUT/pp-$tag.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip > "$OUT/pp-$tag-source.csv.gz"
         rm -f "$OUT/pp-$tag.ncu-rep"
+      done ;;
+    targets) # the open rows of issues 3 and 4 beside FlashMLA, about 80 s: few-head fp8_ds_mla
+      # prefill (16 heads, then 8) and 64-head bf16 decode
+      B="python3 -m triton_sparse_mla.cli bench --no-torch"
+      for job in "prefill deepseek-v32-tp8 fp8_ds_mla 16" "prefill glm5-tp8 fp8_ds_mla 8" "decode glm5-tp1 bf16 64"; do
+        set -- $job
+        timeout 200 $B --phase $1 --preset $2 --formats $3 --json "$OUT/targets-$1-$4.json" 2> "$OUT/targets-$1-$4.err" | tee "$OUT/targets-$1-$4.log" | tail -8
       done ;;
     bench) timeout 420 python3 -m triton_sparse_mla.cli bench --phase decode --preset ${BENCH_PRESET:-all} ${BENCH_FORMATS:+--formats $BENCH_FORMATS} ${BENCH_NO_TORCH:+--no-torch} --json "$OUT/bench-decode.json" 2> "$OUT/bench-decode.err" | tee "$OUT/bench-decode.log" ;;
     prefill) timeout 560 python3 -m triton_sparse_mla.cli bench --phase prefill --preset ${BENCH_PRESET:-all} ${BENCH_FORMATS:+--formats $BENCH_FORMATS} ${BENCH_NO_TORCH:+--no-torch} --prefill-tokens ${PREFILL_TOKENS:-4096,16384} --json "$OUT/bench-prefill.json" 2> "$OUT/bench-prefill.err" | tee "$OUT/bench-prefill.log" ;;

@@ -198,12 +198,15 @@ for s in $steps; do
         ncu --import "$OUT/pp-$tag.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip > "$OUT/pp-$tag-source.csv.gz"
         rm -f "$OUT/pp-$tag.ncu-rep"
       done ;;
-    targets) # the open rows of issues 3 and 4 beside FlashMLA, about 80 s: few-head fp8_ds_mla
-      # prefill (16 heads, then 8) and 64-head bf16 decode
+    targets) # the open rows of issues 3 and 4 beside FlashMLA, about 2 min: few-head fp8_ds_mla
+      # prefill (16 heads, then 8), 64-head bf16 decode, and the on-the-line 16-head
+      # fp8_ds_mla decode
       B="python3 -m triton_sparse_mla.cli bench --no-torch"
-      for job in "prefill deepseek-v32-tp8 fp8_ds_mla 16" "prefill glm5-tp8 fp8_ds_mla 8" "decode glm5-tp1 bf16 64"; do
+      for job in "prefill deepseek-v32-tp8 fp8_ds_mla 16" "prefill glm5-tp8 fp8_ds_mla 8" "decode glm5-tp1 bf16 64" \
+                 "decode deepseek-v32-tp8 fp8_ds_mla 16"; do
         set -- $job
-        timeout 200 $B --phase $1 --preset $2 --formats $3 --json "$OUT/targets-$1-$4.json" 2> "$OUT/targets-$1-$4.err" | tee "$OUT/targets-$1-$4.log" | tail -8
+        # (a JSON each and one file of their progress lines: a call brings 8 files back)
+        timeout 200 $B --phase $1 --preset $2 --formats $3 --json "$OUT/targets-$1-$4.json" 2>> "$OUT/targets.err" | tail -8
       done ;;
     bench) timeout 420 python3 -m triton_sparse_mla.cli bench --phase decode --preset ${BENCH_PRESET:-all} ${BENCH_FORMATS:+--formats $BENCH_FORMATS} ${BENCH_NO_TORCH:+--no-torch} --json "$OUT/bench-decode.json" 2> "$OUT/bench-decode.err" | tee "$OUT/bench-decode.log" ;;
     prefill) timeout 560 python3 -m triton_sparse_mla.cli bench --phase prefill --preset ${BENCH_PRESET:-all} ${BENCH_FORMATS:+--formats $BENCH_FORMATS} ${BENCH_NO_TORCH:+--no-torch} --prefill-tokens ${PREFILL_TOKENS:-4096,16384} --json "$OUT/bench-prefill.json" 2> "$OUT/bench-prefill.err" | tee "$OUT/bench-prefill.log" ;;

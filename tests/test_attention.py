@@ -518,9 +518,11 @@ def test_plan_depends_on_shapes_only():
                         plan.tile.gluon and plan.tile.block_h == 64), (family, t, h, fp8, plan)
                     phase = configs.phase_of(family, t, h)
                     per_sm, min_tiles = configs.split_rule(family, phase, plan.tile)
-                    # the latency phase splits for one program per SM, down to one tile a split
+                    # the latency phase splits for one program per SM, down to one tile a
+                    # split; a tile with fp8_regs for one program per SM in every phase
                     assert (per_sm, min_tiles) == ((1, 1) if phase == "latency" else (
-                        configs.programs_per_sm(family, plan.tile), configs.MIN_TILES_PER_SPLIT))
+                        1 if plan.tile.fp8_regs else configs.programs_per_sm(family, plan.tile),
+                        configs.MIN_TILES_PER_SPLIT))
                     most = 2048 // (plan.tile.block_n * min_tiles)
                     assert 1 <= plan.splits <= most
                     programs = t * -(-h // plan.tile.block_h)

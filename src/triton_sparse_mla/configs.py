@@ -109,7 +109,7 @@ class TileConfig:
     # Against the shipped few-head tile (H100, 2026-12-07, run 332): prefill T=4096 over 32K
     # rows 1.17-1.18x, over 1M rows 0.98x, decode T=128-512 0.96-0.99x. On in sm90's prefill
     # table up to 16 heads (_N8_REGS, _N16_REGS), where it also beats the bf16 workspace (runs
-    # 335 and 343).
+    # 335 and 343), and, since its later changes, in the decode table too (runs 387-388).
     fp8_regs: bool = False
     # With ``gluon``: the Triton tile a call runs where the Gluon kernel does not apply
     # (``without_gluon``; the planner decides it per call, kernels.attention.gluon_applies).
@@ -234,7 +234,8 @@ _G64 = C(64, 64, 8, 2, exchange_p=True, gluon=True, pingpong=True)
 # after its last copy, 1.02x and 1.06x, run 97). Its decode rows with 64 and 128 heads, T=4-512,
 # against run 89's table (another run): 1.01-1.31x (BENCHMARKS.md "A producer that dequantizes").
 _G64_F16 = C(64, 64, 8, 2, exchange_p=True, gluon=True, fp8_f16=True)
-# fp8_ds_mla decode with 8-32 heads: the few-head Gluon tiles (kernels/gluon_narrow.py: rows
+# fp8_ds_mla decode with 17-32 heads (with 8-16 until 2026-12-07, when _N8_REGS and _N16_REGS
+# below, built on these, took over): the few-head Gluon tiles (kernels/gluon_narrow.py: rows
 # along the wgmma's M, heads along N, one consumer warpgroup; the dequantizing producer of
 # _G64_F16). Against the Triton tiles they replace (16x32 with 3 stages, 32x32), decode T=32-512:
 # 1.25-1.46x at 8 and 16 heads, 1.89x at 32 (T=128); FlashMLA's fp8 kernel (heads padded to
@@ -272,6 +273,11 @@ _N8 = dataclasses.replace(_N16, block_h=8)
 # (run 377); the PV operand's K pairs by byte permutes, 1.017x and 1.036x (run 381); the last
 # tile's raw words carried into the next step instead of its converted fragment, 1.006x and
 # 1.017x (run 385). Not yet timed on an H200.
+# In decode (T = 9-512) too, split for one program per SM (split_rule), against _N8 and _N16
+# in one call each over 1M rows, two rounds (H100, 2026-12-07, runs 387-388; BENCHMARKS.md
+# "fp8_regs in decode"): 8 heads 1.04x at T=32, 1.08x at T=128, 1.12x at T=512, 1.07-1.24x
+# with random lengths; 16 heads 0.95x at T=32 (29.6 against 28.0 us; 0.98x with random
+# lengths), 1.06x at T=128, 1.11x at T=512, 1.12-1.19x with random lengths.
 _N8_REGS = dataclasses.replace(_N8, fp8_regs=True)
 _N16_REGS = dataclasses.replace(_N16, fp8_regs=True)
 _N32 = C(32, 64, 4, 2, fp8_f16=True, gluon=True, fallback=C(32, 32, 4, 2, fp8_f16=True))
@@ -299,7 +305,7 @@ _SM90 = {
     ("latency", "fp8"): ((16, C(16, 32, 4, 2, fp8_f16=True, rows_ahead=True)),
                         (_ANY, C(16, 64, 8, 2, rows_ahead=True))),
     ("decode", "plain"): ((8, _P8), (16, _P16), (32, _G64_32), (_ANY, _G64)),
-    ("decode", "fp8"): ((8, _N8), (16, _N16), (32, _N32), (_ANY, _G64_F16)),
+    ("decode", "fp8"): ((8, _N8_REGS), (16, _N16_REGS), (32, _N32), (_ANY, _G64_F16)),
     ("prefill", "plain"): ((8, _P8_PREFILL), (16, _P16_PREFILL), (32, _G64_32), (_ANY, _G64)),
     ("prefill", "fp8"): ((8, _N8_REGS), (16, _N16_REGS), (32, _N32), (_ANY, _G64_F16)),
 }
@@ -485,10 +491,15 @@ def split_rule(family: str, phase: str, tile: TileConfig) -> tuple[int, int]:
     """``(programs per SM, least tiles per split)`` that :func:`choose_splits` fills with this
     tile in this phase: one program per SM down to one tile per split in the latency phase
     (``LATENCY_MIN_TILES_PER_SPLIT``), else :func:`programs_per_sm` and
-    ``MIN_TILES_PER_SPLIT``."""
+    ``MIN_TILES_PER_SPLIT``, but one program per SM for a tile with ``fp8_regs``.
+
+    That tile holds two programs per SM, but splitting for the second lost in decode, where
+    only a split call fills it: over 1M rows at T=128, 2 splits against 1 ran 0.93x with 8
+    heads and 0.87x with 16, 4 splits 0.85x and 0.74x (H100, 2026-12-07, run 387), the
+    partials' combine costing more than the second program gains."""
     if phase == "latency":
         return 1, LATENCY_MIN_TILES_PER_SPLIT
-    return programs_per_sm(family, tile), MIN_TILES_PER_SPLIT
+    return (1 if tile.fp8_regs else programs_per_sm(family, tile)), MIN_TILES_PER_SPLIT
 
 
 def phase_of(family: str, t_count: int, h_count: int) -> str:

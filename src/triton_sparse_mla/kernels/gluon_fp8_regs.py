@@ -58,8 +58,10 @@ registers, and copies two rows per instruction (``COPY_ROWS``).
 Measured (BENCHMARKS.md, the parts from "Raw e4m3 rows into register operands" on; each change
 timed against the tree before it in one run): against kernels/gluon_fp8_producer.py's tile,
 prefill T=4096 over 32K rows 1.40x at 16 heads and 1.50x at 8, over 1M rows 1.16-1.17x at 16
-(H100, run 386). The sm90 prefill tables run it up to 16 heads (configs._N8_REGS, _N16_REGS),
-where it also beats the bf16 workspace (workspace.py) at every reuse measured. Tried and
+(H100, run 386). sm90's prefill and decode tables run it up to 16 heads (configs._N8_REGS,
+_N16_REGS). In prefill it also beats the bf16 workspace (workspace.py) at every reuse
+measured; in decode, split for one program per SM (configs.split_rule), 1.04-1.12x the tile
+before it at T=32-512, but 0.95x at T=32 with 16 heads (runs 387-388). Tried and
 dropped: three consumer warpgroups on every third step (0.88-0.95x, runs 341 and 345); the
 score dots' A fragments as e4m3 in registers (wrong results, likeliest because Triton's wgmma
 wait takes no 8-bit values, so nothing kept those registers until the dots had read them); the next step's

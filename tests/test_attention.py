@@ -324,8 +324,13 @@ def test_gluon_runs_where_it_applies(device, monkeypatch):
         configs.TileConfig(32, 64, 8, 2, gluon=True)
     with pytest.raises(ValueError, match="gluon.*16 or 32 heads.*got 16 x 32 with 4"):
         configs.TileConfig(16, 32, 4, 2, gluon=True)
-    # the few-head Gluon tile for 16 heads (the planner never cuts a Gluon tile's heads)
-    assert configs.plan_launch("sm90", 132, 1, t_count=128, h_count=16, topk=2048, fp8=True).tile.gluon
+    # the few-head Gluon tile for 16 heads (the planner never cuts a Gluon tile's heads), in
+    # decode the one with fp8_regs, split for one program per SM though two fit (one split at
+    # T=128, four at T=32)
+    for t, splits in ((128, 1), (32, 4)):
+        plan = configs.plan_launch("sm90", 132, 1, t_count=t, h_count=16, topk=2048, fp8=True)
+        assert plan.tile.gluon and plan.tile.fp8_regs and plan.splits == splits, plan
+        assert configs.programs_per_sm("sm90", plan.tile) == 2
     # where the Gluon kernels do not apply, the planner takes each Gluon tile's Triton tile: the
     # few-head ones' fallback (the Triton tiles they replaced, two programs per SM), the 64-head
     # ones' own shape without Gluon (fp8 operands as the Triton kernel ran them)

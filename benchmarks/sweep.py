@@ -373,17 +373,20 @@ def main_toggle(path, field, fmt=None, heads=None, base=None):
         json.dump(records, f, indent=1)
 
 
-# --regs-decode: decode over fp8_ds_mla rows with 8 and 16 heads, the shipped tile (its split
-# rule) against the same tile with ``fp8_regs`` (kernels/gluon_fp8_regs.py) split for 1, 2 or 4
-# programs per SM (its rule counts 2), all-valid and random lengths.
+# --regs-decode: decode over fp8_ds_mla rows with 8 and 16 heads, the shipped tile under its
+# split rule against the same tile with ``fp8_regs`` (kernels/gluon_fp8_regs.py) split for 1,
+# 2 or 4 programs per SM, all-valid and random lengths. Written to decide fp8_regs in decode
+# (runs 387-388); since then the shipped tile has it, split for one program per SM
+# (configs.split_rule), so the first rows are the shipped rule and the others its alternatives.
 REGS_DECODE_WORKLOADS = [Workload("decode", t, h, "fp8_ds_mla", lengths=lengths)
                          for t in (32, 128, 512) for h in (8, 16) for lengths in ("full", "random")]
 
 
 def main_regs_decode(path, rules=(1, 2, 4), rounds=2, tokens=None):
     """Each REGS_DECODE_WORKLOADS workload (of the token counts in ``tokens``, if given) with
-    its shipped tile, then its fp8_regs form under each split rule in ``rules``, ``rounds``
-    times in turn; outputs compared with the shipped tile's."""
+    its shipped tile and split rule, then its fp8_regs form (the same tile, now that decode
+    ships it) under each split rule in ``rules``, ``rounds`` times in turn; outputs compared
+    with the shipped tile's."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     caches = Caches()
     records = []

@@ -198,12 +198,12 @@ for s in $steps; do
         ncu --import "$OUT/pp-$tag.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip > "$OUT/pp-$tag-source.csv.gz"
         rm -f "$OUT/pp-$tag.ncu-rep"
       done ;;
-    targets) # the open rows of issues 3 and 4 beside FlashMLA, about 2 min: few-head fp8_ds_mla
-      # prefill (16 heads, then 8), 64-head bf16 decode, and the on-the-line 16-head
-      # fp8_ds_mla decode
+    targets) # the open rows of issues 3 and 4 beside FlashMLA, about 2.5 min: few-head fp8_ds_mla
+      # prefill (16 heads, then 8), 64-head bf16 decode, and the few-head fp8_ds_mla decode
+      # (16 heads, then 8: fp8_regs since b6e6dbb)
       B="python3 -m triton_sparse_mla.cli bench --no-torch"
       for job in "prefill deepseek-v32-tp8 fp8_ds_mla 16" "prefill glm5-tp8 fp8_ds_mla 8" "decode glm5-tp1 bf16 64" \
-                 "decode deepseek-v32-tp8 fp8_ds_mla 16"; do
+                 "decode deepseek-v32-tp8 fp8_ds_mla 16" "decode glm5-tp8 fp8_ds_mla 8"; do
         set -- $job
         # (a JSON each and one file of their progress lines: a call brings 8 files back)
         timeout 200 $B --phase $1 --preset $2 --formats $3 --json "$OUT/targets-$1-$4.json" 2>> "$OUT/targets.err" | tail -8

@@ -19,6 +19,8 @@ from triton_sparse_mla import configs, sparse_mla_attention
 from triton_sparse_mla.bench import (Caches, Workload, flashmla_fn, header, heat, make_inputs,
                                      reference_error, time_us)
 
+import replan
+
 C = configs.TileConfig
 OLD = {("decode", "plain"): ((16, C(16, 64, 4, 3, prefetch_idx=False)), (32, C(32, 64, 4, 2)),
                              (configs._ANY, configs._G64)),
@@ -37,12 +39,8 @@ WORKLOADS = [
 
 
 def _with_table(table, fn):
-    saved = {k: configs.CONFIGS["sm90"][k] for k in table}
-    configs.CONFIGS["sm90"].update(table)
-    try:
+    with replan.patched(configs, CONFIGS={**configs.CONFIGS, "sm90": {**configs.CONFIGS["sm90"], **table}}):
         return fn()
-    finally:
-        configs.CONFIGS["sm90"].update(saved)
 
 
 def main(path, rounds):

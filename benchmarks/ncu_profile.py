@@ -23,6 +23,8 @@ import torch
 from triton_sparse_mla import configs, sparse_mla_attention
 from triton_sparse_mla.bench import Caches, Workload, make_inputs
 
+import replan
+
 
 @contextlib.contextmanager
 def field_on(field):
@@ -37,11 +39,8 @@ def field_on(field):
         on = not field.startswith("-")  # ("-FIELD": off)
         return dataclasses.replace(p, tile=dataclasses.replace(p.tile, **{field.lstrip("-"): on}))
 
-    configs.plan_launch = plan
-    try:
+    with replan.patched(configs, plan_launch=plan):
         yield
-    finally:
-        configs.plan_launch = shipped
 
 DEFAULT = ["128,16,fp8_ds_mla", "128,16,bf16", "128,8,fp8_ds_mla"]
 

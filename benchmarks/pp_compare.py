@@ -37,6 +37,7 @@ from triton_sparse_mla import configs, sparse_mla_attention
 from triton_sparse_mla.bench import Caches, Workload, flashmla_fn, header, heat, make_inputs, time_us
 from triton_sparse_mla.kernels import gluon_pingpong
 
+import replan
 from ptx_rewrite import rewritten
 
 WORKLOADS = [
@@ -73,30 +74,21 @@ def form(spec):
     gp = gluon_pingpong
     if spec.startswith("mod:"):
         other = importlib.import_module(f"triton_sparse_mla.kernels.{spec[4:]}")
-        saved_kernel = gp.sparse_mla_gluon_pp_kernel
-        gp.sparse_mla_gluon_pp_kernel = other.sparse_mla_gluon_pp_kernel
-        try:
+        with replan.patched(gp, sparse_mla_gluon_pp_kernel=other.sparse_mla_gluon_pp_kernel):
             yield
-        finally:
-            gp.sparse_mla_gluon_pp_kernel = saved_kernel
         return
-    saved = configs.plan_launch, gp.CONSUMER_REGS
-    shipped = saved[0]
+    shipped = configs.plan_launch
     kind, _, regs = spec.partition(":")
     if kind != "pp" or not regs.isdigit():
         raise ValueError(f"--forms: shipped, pp:REGS or mod:NAME, got {spec!r}")
     fields = dict(pingpong=True, wide_producer=False)
-    gp.CONSUMER_REGS = int(regs)
 
     def plan(*args, **kwargs):
         p = shipped(*args, **kwargs)
         return dataclasses.replace(p, tile=dataclasses.replace(p.tile, **fields))
 
-    configs.plan_launch = plan
-    try:
+    with replan.patched(gp, CONSUMER_REGS=int(regs)), replan.patched(configs, plan_launch=plan):
         yield
-    finally:
-        configs.plan_launch, gp.CONSUMER_REGS = saved
 
 
 def _row(text):

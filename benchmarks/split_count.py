@@ -23,6 +23,8 @@ import torch
 from triton_sparse_mla import configs, sparse_mla_attention
 from triton_sparse_mla.bench import Caches, Workload, flashmla_fn, header, make_inputs, time_us
 
+import replan
+
 COUNTS = (1, 2, 4, 8, 16, 32)
 WORKLOADS = [Workload("decode", t, h, fmt) for fmt in ("bf16", "fp8_ds_mla")
              for t, h in ((4, 64), (4, 128), (32, 64), (32, 128))] + [
@@ -35,12 +37,8 @@ LATENCY_WORKLOADS = [Workload("decode", t, h, fmt) for fmt in ("bf16", "fp8_ds_m
 @contextlib.contextmanager
 def forced_splits(n):
     """Inside: every plan splits the top-k axis ``n`` ways (configs.choose_splits replaced)."""
-    shipped_rule = configs.choose_splits
-    configs.choose_splits = lambda *a, **k: n
-    try:
+    with replan.patched(configs, choose_splits=lambda *a, **k: n):
         yield
-    finally:
-        configs.choose_splits = shipped_rule
 
 
 def main(path, latency=False, rounds=1):

@@ -22,6 +22,8 @@ import triton
 from triton_sparse_mla import api, configs
 from triton_sparse_mla.bench import Caches, Workload, flashmla_fn, make_inputs, time_us
 
+import replan
+
 T = configs.TileConfig
 CANDIDATES = [
     T(16, 32, 4, 2), T(16, 64, 4, 2), T(16, 64, 4, 3), T(16, 128, 4, 2), T(16, 64, 8, 2),
@@ -210,26 +212,25 @@ LEN_SPLIT_WORKLOADS = [Workload("decode", 128, h, fmt, lengths=lengths)
 
 def main_splits(path, workloads=SPLIT_WORKLOADS, rules=(1, 2, 3, 4, 6)):
     """The shipped plan (tile tables, pinning) under several split rules (programs per SM,
-    whatever the tile), with each workload's lengths."""
+    whatever the tile, but a tile with ``fp8_regs`` keeps configs.split_rule's one program per
+    SM; --regs-decode varies that), with each workload's lengths."""
     caches = Caches()
     records = []
-    shipped_rule = configs.programs_per_sm
     for w in workloads:
         inputs = make_inputs(w, caches)
         q, kv, idx, lengths = inputs
         out = torch.empty(w.t, w.h, 512, device="cuda", dtype=torch.bfloat16)
         for per_sm in rules:
-            configs.programs_per_sm = lambda family, tile, per_sm=per_sm: per_sm
             fn = lambda: api.sparse_mla_attention((q[..., :512], q[..., 512:]), kv, idx,  # noqa: E731
                                                   576 ** -0.5, topk_length=lengths, out=out)
-            plan = configs.plan_launch(*configs.device_traits(0), t_count=w.t, h_count=w.h,
-                                       topk=idx.shape[1], fp8=w.fmt == "fp8_ds_mla")
-            us = time_us(fn)
+            with replan.patched(configs, programs_per_sm=lambda family, tile, per_sm=per_sm: per_sm):
+                plan = configs.plan_launch(*configs.device_traits(0), t_count=w.t, h_count=w.h,
+                                           topk=idx.shape[1], fp8=w.fmt == "fp8_ds_mla")
+                us = time_us(fn)
             records.append(dict(workload=w.name, per_sm=per_sm, splits=plan.splits,
                                 tile=str(plan.tile), us=us))
             print(f"SPLIT {w.name:36} per_sm={per_sm} splits={plan.splits:3d} {us:8.1f} us {plan.tile}",
                   flush=True)
-    configs.programs_per_sm = shipped_rule
     with open(path, "w") as f:
         json.dump(records, f, indent=1)
 
@@ -292,26 +293,22 @@ def main_latency(path):
     (``configs.LATENCY_MAX_TOKENS``): which tiles serve 2-8 query tokens, latency or decode."""
     caches = Caches()
     records = []
-    shipped = configs.LATENCY_MAX_TOKENS
     for w in LATENCY_WORKLOADS:
         q, kv, idx, lengths = make_inputs(w, caches)
         out = torch.empty(w.t, w.h, 512, device="cuda", dtype=torch.bfloat16)
         for limit in (8, 1):
-            configs.LATENCY_MAX_TOKENS = limit
-            configs.plan_launch.cache_clear()
-            plan = configs.plan_launch(*configs.device_traits(0), t_count=w.t, h_count=w.h,
-                                       topk=idx.shape[1], fp8=w.fmt == "fp8_ds_mla")
             fn = lambda: api.sparse_mla_attention((q[..., :512], q[..., 512:]), kv, idx,  # noqa: E731
                                                   576 ** -0.5, out=out)
-            us = time_us(fn)
+            with replan.patched(configs, LATENCY_MAX_TOKENS=limit):
+                plan = configs.plan_launch(*configs.device_traits(0), t_count=w.t, h_count=w.h,
+                                           topk=idx.shape[1], fp8=w.fmt == "fp8_ds_mla")
+                us = time_us(fn)
             records.append(dict(workload=w.name, latency_max_tokens=limit, tile=str(plan.tile),
                                 splits=plan.splits, us=us))
             t = plan.tile
             print(f"LAT {w.name:36} latency_max={limit} {t.block_h}x{t.block_n} w{t.num_warps} "
                   f"s{t.num_stages} ex={int(t.exchange_p)} splits={plan.splits:3d} {us:8.1f} us",
                   flush=True)
-    configs.LATENCY_MAX_TOKENS = shipped
-    configs.plan_launch.cache_clear()
     with open(path, "w") as f:
         json.dump(records, f, indent=1)
 

@@ -61,7 +61,9 @@ prefill T=4096 over 32K rows 1.40x at 16 heads and 1.50x at 8, over 1M rows 1.16
 (H100, run 386). sm90's prefill and decode tables run it up to 16 heads (configs._N8_REGS,
 _N16_REGS). In prefill it also beats the bf16 workspace (workspace.py) at every reuse
 measured; in decode, split for one program per SM (configs.split_rule), 1.04-1.12x the tile
-before it at T=32-512, but 0.95x at T=32 with 16 heads (runs 387-388). Tried and
+before it at T=32-512, but 0.95x at T=32 with 16 heads (runs 387-388), until its output was
+stored 4 columns a thread (:func:`regs_epilogue`): 1.13x more there, 1.055x at T=32 with 8
+heads, 1.008-1.013x at T=128, 1.019x in prefill (run 396). Tried and
 dropped: three consumer warpgroups on every third step (0.88-0.95x, runs 341 and 345); the
 score dots' A fragments as e4m3 in registers (wrong results, likeliest because Triton's wgmma
 wait takes no 8-bit values, so nothing kept those registers until the dots had read them); the next step's
@@ -436,24 +438,52 @@ def regs_producer(kv_ptr, p_idx, n_start, n_end, n_steps, n_rows, stride_kv, raw
         ids, i_s = ids_next, j_s
 
 
+@gluon.constexpr_function
+def _out_layout(BLOCK_H):
+    """An accumulator tile indexed by output column (:func:`_by_column`): the accumulators'
+    own registers, lanes and warps, each thread's 4 columns consecutive (registers first), so
+    that a warp stores 4 heads x 128 bytes of fp32 in one 16-byte store a thread."""
+    heads = [[0, 1]] + ([[0, 8]] if BLOCK_H == 16 else [])
+    return gl.DistributedLinearLayout(
+        reg_bases=[[1, 0], [2, 0]] + heads, lane_bases=[[0, 2], [0, 4], [4, 0], [8, 0], [16, 0]],
+        warp_bases=[[32, 0], [64, 0]], block_bases=[], shape=[128, BLOCK_H])
+
+
+@gluon.jit
+def _by_column(x, BLOCK_H: gl.constexpr):
+    """An accumulator tile ``x`` [128 (m), BLOCK_H] re-indexed by output column ``_v_col(m)``,
+    in :func:`_out_layout`: the same values in the same threads, no data moved."""
+    # (m's bits from the top, 6 to 0; the column's, 6 to 0, are m's bits 5, 4, 2, 1, 0, 6, 3)
+    x = x.reshape([2, 2, 2, 2, 2, 2, 2, BLOCK_H]).permute((1, 2, 4, 5, 6, 0, 3, 7)).reshape([128, BLOCK_H])
+    return gl.convert_layout(x, _out_layout(BLOCK_H), assert_trivial=True)
+
+
 @gluon.jit
 def regs_epilogue(acc0, acc1, acc2, acc3, b_m, b_l, sink_ptr, out_ptr, lse_ptr, i_t, i_s, h0, n_heads,
                   stride_o_t, stride_o_h, stride_o_s, stride_lse_t, stride_lse_h, HAS_SINK: gl.constexpr,
                   PARTIAL: gl.constexpr, BLOCK_H: gl.constexpr):
     """gluon_narrow.narrow_epilogue for accumulators in the PV view's column order and times
-    P_SCALE, from the final max and denominator ``b_m``, ``b_l`` [BLOCK_H]."""
+    P_SCALE, from the final max and denominator ``b_m``, ``b_l`` [BLOCK_H]: each tile put in
+    column order in registers (:func:`_by_column`) and stored 4 columns a thread. (Stored in
+    the accumulators' order, each thread's values lay 4 columns apart: 4x the ideal L2 sectors;
+    in a split decode call, T=32 with 16 heads, the epilogue waiting on its fp32 stores took
+    26% of the consumer's stall samples, at T=128 unsplit 1%: H100, run 395. Stored this way:
+    decode T=32 26.2 against 29.6 us at 16 heads, 23.4 against 24.7 at 8; T=128 1.013x and
+    1.008x; prefill T=4096 H=16 over 32K rows 1.019x: run 396.)"""
     T_L: gl.constexpr = _acc_layout(BLOCK_H)
+    O_L: gl.constexpr = _out_layout(BLOCK_H)
     b_inv_l = _lse_and_scale(b_m, b_l, sink_ptr, lse_ptr, i_t, i_s, h0, n_heads,
                              stride_lse_t, stride_lse_h, HAS_SINK, PARTIAL, True, BLOCK_H)
     inv_l = (b_inv_l * P_UNSCALE)[None, :]
-    o_h = h0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(0, T_L))
-    o_c = _v_col(gl.arange(0, 128, layout=gl.SliceLayout(1, T_L)))
+    o_h = h0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(0, O_L))
+    o_c = gl.arange(0, 128, layout=gl.SliceLayout(1, O_L))
     p_o = out_ptr + i_t * stride_o_t + i_s * stride_o_s + o_h[None, :] * stride_o_h + o_c[:, None]
     m_o = (o_h < n_heads)[None, :]
-    gl.store(p_o, (acc0 * inv_l).to(out_ptr.dtype.element_ty), mask=m_o)
-    gl.store(p_o + 128, (acc1 * inv_l).to(out_ptr.dtype.element_ty), mask=m_o)
-    gl.store(p_o + 256, (acc2 * inv_l).to(out_ptr.dtype.element_ty), mask=m_o)
-    gl.store(p_o + 384, (acc3 * inv_l).to(out_ptr.dtype.element_ty), mask=m_o)
+    dt: gl.constexpr = out_ptr.dtype.element_ty
+    gl.store(p_o, _by_column((acc0 * inv_l).to(dt), BLOCK_H), mask=m_o)
+    gl.store(p_o + 128, _by_column((acc1 * inv_l).to(dt), BLOCK_H), mask=m_o)
+    gl.store(p_o + 256, _by_column((acc2 * inv_l).to(dt), BLOCK_H), mask=m_o)
+    gl.store(p_o + 384, _by_column((acc3 * inv_l).to(dt), BLOCK_H), mask=m_o)
 
 
 # Two programs per SM, each in 256 threads: launched with at most LAUNCH_MAXNREG registers a

@@ -370,20 +370,19 @@ def main_toggle(path, field, fmt=None, heads=None, base=None):
         json.dump(records, f, indent=1)
 
 
-# --regs-decode: decode over fp8_ds_mla rows with 8 and 16 heads, the shipped tile under its
-# split rule against the same tile with ``fp8_regs`` (kernels/gluon_fp8_regs.py) split for 1,
-# 2 or 4 programs per SM, all-valid and random lengths. Written to decide fp8_regs in decode
-# (runs 387-388); since then the shipped tile has it, split for one program per SM
-# (configs.split_rule), so the first rows are the shipped rule and the others its alternatives.
+# --regs-decode: decode over fp8_ds_mla rows with 8 and 16 heads, fp8_regs (kernels/
+# gluon_fp8_regs.py) split for 1, 2 or 4 programs per SM against the tile it replaced (the
+# shipped tile without fp8_regs, under its split rule), all-valid and random lengths. Written
+# to decide fp8_regs in decode (runs 387-388), which now ships split for one program per SM
+# (configs.split_rule): the rows per_sm=1 are the shipped plan.
 REGS_DECODE_WORKLOADS = [Workload("decode", t, h, "fp8_ds_mla", lengths=lengths)
                          for t in (32, 128, 512) for h in (8, 16) for lengths in ("full", "random")]
 
 
 def main_regs_decode(path, rules=(1, 2, 4), rounds=2, tokens=None):
     """Each REGS_DECODE_WORKLOADS workload (of the token counts in ``tokens``, if given) with
-    its shipped tile and split rule, then its fp8_regs form (the same tile, now that decode
-    ships it) under each split rule in ``rules``, ``rounds`` times in turn; outputs compared
-    with the shipped tile's."""
+    the shipped tile without fp8_regs under its split rule, then with fp8_regs under each
+    split rule in ``rules``, ``rounds`` times in turn; outputs compared with the first's."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     caches = Caches()
     records = []
@@ -391,11 +390,11 @@ def main_regs_decode(path, rules=(1, 2, 4), rounds=2, tokens=None):
         if tokens and w.t not in tokens:
             continue
         shipped = configs.plan_launch("sm90", sms, 1, t_count=w.t, h_count=w.h, topk=2048, fp8=True).tile
-        regs = dataclasses.replace(shipped, fp8_regs=True)
+        base, regs = (dataclasses.replace(shipped, fp8_regs=on) for on in (False, True))
         inputs = make_inputs(w, caches)
         first = []
         for rnd in range(rounds):
-            for tile, per_sm in [(shipped, None)] + [(regs, r) for r in rules]:
+            for tile, per_sm in [(base, None)] + [(regs, r) for r in rules]:
                 rec, meta = time_against_first(inputs, w, tile, True, sms, first, per_sm=per_sm)
                 records.append(dict(rec, fp8_regs=tile.fp8_regs, per_sm=per_sm, round=rnd))
                 print(f"REGSDEC {w.name:40} fp8_regs={int(tile.fp8_regs)} per_sm={per_sm or '-'} "

@@ -32,12 +32,12 @@ rows 8 apart; read as it stands that is a shared-memory access of 2 bytes. But t
 the output's columns (M of the PV dots) is free if the epilogue writes each to its place. So
 the PV dots' view of the raw bytes (``_W_VIEW``) maps a thread's 4 output columns to 4
 consecutive bytes of a row (one 4-byte load per row), and the epilogue stores column ``m`` of
-tile ``t`` at ``128 t + _v_col(m)``; under the copy's swizzle those loads are free of bank
-conflicts. Both views are linear maps of the offset (``gl.SharedLinearLayout``). Each pair
-of rows' words then becomes the fragment's K pairs by two byte permutes and four conversions
-(``_PAIRS_ASM``): 1.017x at 16 heads and 1.036x at 8 over the form that left the order to
-the compiler (H100, run 381, T=4096 over 32K rows, two rounds), which permuted the converted
-16-bit values instead, twice as many permutes.
+tile ``t`` at ``128 t + v_col(m)`` (``_W_VIEW``'s comment); under the copy's swizzle those
+loads are free of bank conflicts. Both views are linear maps of the offset
+(``gl.SharedLinearLayout``). Each pair of rows' words then becomes the fragment's K pairs by
+two byte permutes and four conversions (``_PAIRS_ASM``): 1.017x at 16 heads and 1.036x at 8
+over the form that left the order to the compiler (H100, run 381, T=4096 over 32K rows, two
+rounds), which permuted the converted 16-bit values instead, twice as many permutes.
 
 One consumer warpgroup per program takes every step, and two programs share an SM (each 108
 KB of shared memory at 16 heads, 256 threads launched with at most 128 registers each: the
@@ -111,12 +111,6 @@ _COPY_VIEW = gl.constexpr(gl.SharedLinearLayout(offset_bases=[
 _TILES = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2))
 E4M3_MAX = gl.constexpr(448.0)
 
-@gluon.jit
-def _v_col(m):
-    """The byte of a 128-column tile that the PV dots' view (``_W_VIEW``) names column ``m``."""
-    return ((m >> 3) & 1) | (((m >> 6) & 1) << 1) | ((m & 7) << 2) | (((m >> 4) & 3) << 5)
-
-
 @gluon.constexpr_function
 def _acc_layout(BLOCK_H):
     """The accumulators' layout: one warpgroup, heads along N."""
@@ -125,7 +119,7 @@ def _acc_layout(BLOCK_H):
 
 # The PV dots' view of a slot: V^T's columns (M) as words of 4 bytes, [128 words, row], under
 # the copy's swizzle. Word w of a row holds the columns m, m + 8, m + 64 and m + 72 of tile
-# ``w // 32`` (m's bits 0-2 and 4-5 are w's bits 0-4), so a row's byte is ``_v_col(m)``: bits
+# ``w // 32`` (m's bits 0-2 and 4-5 are w's bits 0-4), so a row's byte is ``v_col(m)``: bits
 # 0-1 m's bits 3 and 6, 2-4 m's bits 0-2, 5-6 m's bits 4-5.
 _W_VIEW = gl.constexpr(gl.SharedLinearLayout(offset_bases=[
     [1, 0], [2, 0], [4, 0], [8, 0], [16, 0], [4, 1], [8, 2], [16, 4], [0, 8], [0, 16], [0, 32], [32, 0], [64, 0]]))
@@ -271,7 +265,7 @@ def _steps(q_s0, q_s1, q_s2, q_s3, q_sp, q_f, raw_ring, kp_smem, sc_smem, p_s, r
     parts back to scale by ``q_f`` per head), the online softmax along the rows (as
     kernels/gluon_narrow.py's), the four scaled P^T tiles (``p_s``), the slot freed, the PV
     dots, the last of them issued at the next step's start and waited for with its first
-    score dots. Returns the four output accumulators [128, BLOCK_H] (columns in ``_v_col``
+    score dots. Returns the four output accumulators [128, BLOCK_H] (columns in ``v_col``
     order, times P_SCALE), the running max and per-entry denominators."""
     T_L: gl.constexpr = _acc_layout(BLOCK_H)
     ROW: gl.constexpr = gl.SliceLayout(1, T_L)
@@ -451,7 +445,7 @@ def _out_layout(BLOCK_H):
 
 @gluon.jit
 def _by_column(x, BLOCK_H: gl.constexpr):
-    """An accumulator tile ``x`` [128 (m), BLOCK_H] re-indexed by output column ``_v_col(m)``,
+    """An accumulator tile ``x`` [128 (m), BLOCK_H] re-indexed by output column ``v_col(m)``,
     in :func:`_out_layout`: the same values in the same threads, no data moved."""
     # (m's bits from the top, 6 to 0; the column's, 6 to 0, are m's bits 5, 4, 2, 1, 0, 6, 3)
     x = x.reshape([2, 2, 2, 2, 2, 2, 2, BLOCK_H]).permute((1, 2, 4, 5, 6, 0, 3, 7)).reshape([128, BLOCK_H])
@@ -470,7 +464,6 @@ def regs_epilogue(acc0, acc1, acc2, acc3, b_m, b_l, sink_ptr, out_ptr, lse_ptr, 
     26% of the consumer's stall samples, at T=128 unsplit 1%: H100, run 395. Stored this way:
     decode T=32 26.2 against 29.6 us at 16 heads, 23.4 against 24.7 at 8; T=128 1.013x and
     1.008x; prefill T=4096 H=16 over 32K rows 1.019x: run 396.)"""
-    T_L: gl.constexpr = _acc_layout(BLOCK_H)
     O_L: gl.constexpr = _out_layout(BLOCK_H)
     b_inv_l = _lse_and_scale(b_m, b_l, sink_ptr, lse_ptr, i_t, i_s, h0, n_heads,
                              stride_lse_t, stride_lse_h, HAS_SINK, PARTIAL, True, BLOCK_H)
